@@ -1,0 +1,27 @@
+#include "core/device.h"
+
+#include <charconv>
+
+namespace kiln {
+
+std::string_view device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
+
+Device::Device(std::string_view spec) {
+  std::string_view kind = spec.substr(0, spec.find(':'));
+  if (kind == "cpu") type = DeviceType::CPU;
+  else if (kind == "cuda") type = DeviceType::CUDA;
+  else fail("Device: unknown device '{}' (expected cpu, cuda or cuda:N)", spec);
+  if (kind.size() < spec.size()) {
+    std::string_view num = spec.substr(kind.size() + 1);
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), index);
+    KILN_CHECK(ec == std::errc() && p == num.data() + num.size() && index >= 0,
+               "Device: bad device index in '{}'", spec);
+  }
+}
+
+std::string Device::str() const {
+  if (type == DeviceType::CPU) return "cpu";
+  return fmt::format("cuda:{}", index);
+}
+
+}  // namespace kiln

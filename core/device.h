@@ -1,0 +1,42 @@
+// Where a tensor lives: Device{type, index}, written "cpu" or "cuda:N".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace kiln {
+
+enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
+inline constexpr int kNumDeviceTypes = 2;
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  Device() = default;
+  Device(DeviceType t, int i = 0) : type(t), index(i) {}  // NOLINT: Device(kCUDA) reads well
+  /// Parses "cpu", "cuda", "cuda:1"; throws naming the string otherwise.
+  Device(std::string_view spec);  // NOLINT
+  Device(const char* spec) : Device(std::string_view(spec)) {}  // NOLINT
+
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+inline const Device kCPU{DeviceType::CPU, 0};
+
+std::string_view device_type_name(DeviceType t);
+
+}  // namespace kiln
+
+template <> struct fmt::formatter<kiln::Device> : fmt::formatter<std::string> {
+  auto format(const kiln::Device& d, fmt::format_context& ctx) const {
+    return fmt::formatter<std::string>::format(d.str(), ctx);
+  }
+};

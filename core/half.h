@@ -1,0 +1,61 @@
+// 16-bit floating types stored as raw bits: IEEE half (f16) and bfloat16 (bf16).
+// Arithmetic converts to float; conversions round to nearest even, NaN stays NaN.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace kiln {
+
+inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+struct BFloat16 {
+  uint16_t x = 0;
+  BFloat16() = default;
+  BFloat16(float f) {  // NOLINT: implicit like a built-in float type
+    uint32_t u = float_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { x = 0x7fc0; return; }  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    x = static_cast<uint16_t>(u >> 16);
+  }
+  operator float() const { return bits_float(static_cast<uint32_t>(x) << 16); }
+};
+
+struct Half {
+  uint16_t x = 0;
+  Half() = default;
+  Half(float f) { x = from_float(f); }  // NOLINT
+  operator float() const { return to_float(x); }
+
+  static uint16_t from_float(float f) {
+    uint32_t u = float_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+    if (u >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+    if (u < 0x38800000u) {  // subnormal half (or zero): scale by 2^24 and round
+      float a = bits_float(u) * 16777216.0f;  // exact: a < 2^10 fits in the mantissa
+      uint32_t m = static_cast<uint32_t>(a);
+      float rem = a - static_cast<float>(m);
+      if (rem > 0.5f || (rem == 0.5f && (m & 1u))) ++m;
+      return static_cast<uint16_t>(sign | m);
+    }
+    uint32_t mant_odd = (u >> 13) & 1u;
+    u += 0xc8000fffu + mant_odd;  // re-bias exponent (-112 << 23) and round to nearest even
+    return static_cast<uint16_t>(sign | (u >> 13));
+  }
+  static float to_float(uint16_t h) {
+    uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0) {
+      float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
+      return sign ? -v : v;
+    }
+    return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+  }
+};
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// Typed parameters of the elementwise and reduction op families (never untyped ints).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kiln {
+
+enum class UnaryKind : int8_t {
+  neg, abs, exp, log, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, gelu, silu, square,
+  sign, log1p, expm1, reciprocal,
+  pow_scalar,  // x ^ a
+  clamp,       // min(max(x, a), b); a = -inf / b = +inf when absent
+};
+
+struct UnaryOp {
+  UnaryKind kind;
+  double a = 0;
+  double b = 0;
+};
+
+enum class BinaryKind : int8_t {
+  add, sub, mul, div, pow, maximum, minimum,
+  // fused backward formulas: (grad, saved) -> grad_input
+  relu_backward,     // g * (x > 0)
+  gelu_backward,     // g * gelu'(x)      (exact, erf-based)
+  silu_backward,     // g * silu'(x)
+  sigmoid_backward,  // g * y * (1 - y)   (saved: output y)
+  tanh_backward,     // g * (1 - y^2)     (saved: output y)
+};
+
+enum class CompareKind : int8_t { eq, ne, lt, le, gt, ge };
+
+enum class ReduceKind : int8_t { sum, mean, max, min, prod };
+
+std::string_view kind_name(UnaryKind k);
+std::string_view kind_name(BinaryKind k);
+std::string_view kind_name(CompareKind k);
+std::string_view kind_name(ReduceKind k);
+
+}  // namespace kiln

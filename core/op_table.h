@@ -1,0 +1,40 @@
+// The differentiable primitives, declared once. Every other differentiable op in core/ops.h is
+// composed of these, so its gradient comes for free. Each is defined (with its forward) in the
+// core/ops/*.cc file of its family; autograd/ attaches the backward formulas.
+#pragma once
+
+#include "core/op.h"
+#include "core/op_kinds.h"
+
+namespace kiln::op {
+
+#define KILN_OP_LIST(_)                                                                      \
+  _(unary, Tensor(const UnaryOp&, const Tensor&))                                            \
+  _(binary, Tensor(BinaryKind, const Tensor&, const Tensor&))                                \
+  _(where, Tensor(const Tensor& cond, const Tensor& a, const Tensor& b))                     \
+  _(to_dtype, Tensor(const Tensor&, DType))                                                  \
+  _(to_device, Tensor(const Tensor&, Device))                                                \
+  _(clone, Tensor(const Tensor&))                                                            \
+  _(reduce, Tensor(ReduceKind, const Tensor&, const IntList& dims, bool keepdim))            \
+  _(softmax, Tensor(const Tensor&, int64_t dim, bool log))                                   \
+  _(bmm, Tensor(const Tensor&, const Tensor&))                                               \
+  _(view, Tensor(const Tensor&, const Shape&))                                               \
+  _(permute, Tensor(const Tensor&, const IntList&))                                          \
+  _(slice, Tensor(const Tensor&, int64_t dim, int64_t start, int64_t end, int64_t step))     \
+  _(expand, Tensor(const Tensor&, const Shape&))                                             \
+  _(cat, Tensor(const std::vector<Tensor>&, int64_t dim))                                    \
+  _(index_select, Tensor(const Tensor&, int64_t dim, const Tensor& index))                   \
+  _(gather, Tensor(const Tensor&, int64_t dim, const Tensor& index))                         \
+  _(scatter_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))
+
+#define KILN_DECLARE_OP_(NAME, SIG) extern Op<SIG> NAME;
+KILN_OP_LIST(KILN_DECLARE_OP_)
+#undef KILN_DECLARE_OP_
+
+}  // namespace kiln::op
+
+/// In a family's .cc: KILN_DEFINE_OP(binary, binary_forward) defines op::binary.
+#define KILN_DEFINE_OP(NAME, FORWARD) \
+  namespace kiln::op {                \
+  constinit decltype(NAME) NAME{#NAME, FORWARD}; \
+  }
