@@ -23,8 +23,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;                     // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's AccumulateGrad node, shared by uses
   /// Per-tensor hooks: see the incoming gradient, may return a replacement (or an undefined
-  /// tensor to keep it), in registration order.
-  std::vector<std::function<Tensor(const Tensor&)>> grad_hooks;
+  /// tensor to keep it), in registration order. Shared with the producing node, so hooks
+  /// outlive a temporary tensor they were registered on (as in PyTorch).
+  std::shared_ptr<std::vector<std::function<Tensor(const Tensor&)>>> grad_hooks;
   /// Per-leaf hooks run after the gradient was accumulated into `.grad` (DDP's trigger).
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
 };

@@ -19,6 +19,20 @@ Device::Device(std::string_view spec) {
   }
 }
 
+namespace {
+int (*g_device_counts[kNumDeviceTypes])() = {};
+}
+
+int device_count(DeviceType t) {
+  if (t == DeviceType::CPU) return 1;
+  auto f = g_device_counts[static_cast<int>(t)];
+  return f ? f() : 0;
+}
+
+void register_device_count(DeviceType t, int (*count)()) { g_device_counts[static_cast<int>(t)] = count; }
+
+Device best_device() { return device_count(DeviceType::CUDA) > 0 ? Device(DeviceType::CUDA, 0) : kCPU; }
+
 std::string Device::str() const {
   if (type == DeviceType::CPU) return "cpu";
   return fmt::format("cuda:{}", index);

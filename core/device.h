@@ -33,6 +33,14 @@ inline const Device kCPU{DeviceType::CPU, 0};
 
 std::string_view device_type_name(DeviceType t);
 
+/// Devices of a type this process can use: 1 for the CPU; for CUDA, what the CUDA backend
+/// reports (0 when it is not linked, or when there is no GPU or driver).
+int device_count(DeviceType t);
+/// Lets a backend report its device count (the CUDA backend registers cudaGetDeviceCount's).
+void register_device_count(DeviceType t, int (*count)());
+/// The best device present: cuda:0 when a GPU is usable, else the CPU.
+Device best_device();
+
 }  // namespace kiln
 
 template <> struct fmt::formatter<kiln::Device> : fmt::formatter<std::string> {

@@ -179,6 +179,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // ---- in place (no autograd for leaves that require grad; bump the version counter)
 Tensor& fill_(Tensor& x, const Scalar& value);
 Tensor& copy_(Tensor& dst, const Tensor& src);
+/// Makes `t` refer to `data`'s storage, shape and dtype while keeping its identity and its
+/// autograd flags (how Module::to moves parameters without invalidating references to them).
+void set_data(Tensor& t, const Tensor& data);
 
 }  // namespace kiln
 

@@ -152,7 +152,9 @@ void Tensor::retain_grad() const {
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   KILN_CHECK(requires_grad(), "register_hook: tensor of shape {} does not require grad", sizes());
-  mutable_autograd_meta().grad_hooks.push_back(std::move(hook));
+  auto& hooks = mutable_autograd_meta().grad_hooks;
+  if (!hooks) hooks = std::make_shared<std::vector<std::function<Tensor(const Tensor&)>>>();
+  hooks->push_back(std::move(hook));
 }
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {

@@ -68,6 +68,19 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   return dst;
 }
 
+void set_data(Tensor& t, const Tensor& data) {
+  TensorImpl* dst = t.unsafe_impl();
+  const TensorImpl* src = data.unsafe_impl();
+  KILN_CHECK(dst != nullptr && src != nullptr, "set_data: undefined tensor");
+  const bool same_kind = dst->dtype == src->dtype && t.device() == data.device() && dst->sizes == src->sizes;
+  dst->storage = src->storage;
+  dst->sizes = src->sizes;
+  dst->strides = src->strides;
+  dst->offset = src->offset;
+  dst->dtype = src->dtype;
+  if (!same_kind && dst->autograd) dst->autograd->grad = Tensor();  // an old grad no longer fits
+}
+
 Tensor& Tensor::fill_(const Scalar& value) { return kiln::fill_(*this, value); }
 Tensor& Tensor::zero_() { return kiln::fill_(*this, 0); }
 Tensor& Tensor::copy_(const Tensor& src) { return kiln::copy_(*this, src); }

@@ -1,0 +1,110 @@
+// Backward formulas of the elementwise family: unary, binary, where.
+#include <cmath>
+
+#include "autograd/functions/common.h"
+
+namespace kiln::autograd {
+namespace {
+
+Tensor unary_backward(const UnaryOp& op, const Tensor& g, const Tensor& x, const Tensor& y) {
+  switch (op.kind) {
+    case UnaryKind::neg: return -g;
+    case UnaryKind::abs: return g * sign(x);
+    case UnaryKind::exp: return g * y;
+    case UnaryKind::log: return g / x;
+    case UnaryKind::log1p: return g / (x + 1);
+    case UnaryKind::expm1: return g * (y + 1);
+    case UnaryKind::sqrt: return g / (y * 2);
+    case UnaryKind::rsqrt: return g * y * y * y * -0.5;
+    case UnaryKind::sin: return g * cos(x);
+    case UnaryKind::cos: return -g * sin(x);
+    case UnaryKind::tanh: return binary(BinaryKind::tanh_backward, g, y);
+    case UnaryKind::sigmoid: return binary(BinaryKind::sigmoid_backward, g, y);
+    case UnaryKind::relu: return binary(BinaryKind::relu_backward, g, x);
+    case UnaryKind::gelu: return binary(BinaryKind::gelu_backward, g, x);
+    case UnaryKind::silu: return binary(BinaryKind::silu_backward, g, x);
+    case UnaryKind::square: return g * x * 2;
+    case UnaryKind::reciprocal: return -g * y * y;
+    case UnaryKind::sign: return zeros_like(g);
+    case UnaryKind::pow_scalar:
+      if (op.a == 0) return zeros_like(g);
+      return g * pow(x, op.a - 1) * op.a;
+    case UnaryKind::clamp:  // passes the gradient where min <= x <= max
+      return where(x < op.a, 0.0, where(x > op.b, 0.0, g));
+  }
+  fail("unary backward: unknown kind");
+}
+
+Tensor unary_autograd(const UnaryOp& op, const Tensor& x) {
+  Tensor y = forward_no_grad([&] { return op::unary.forward(op, x); });
+  if (!is_floating(y.dtype())) return y;
+  // Save only what the formula reads: the output for exp/tanh/sigmoid/sqrt/..., else the input.
+  const bool uses_out = op.kind == UnaryKind::exp || op.kind == UnaryKind::expm1 || op.kind == UnaryKind::sqrt ||
+                        op.kind == UnaryKind::rsqrt || op.kind == UnaryKind::tanh ||
+                        op.kind == UnaryKind::sigmoid || op.kind == UnaryKind::reciprocal;
+  SavedTensor sx(uses_out ? Tensor() : x), sy(uses_out ? y : Tensor());
+  const std::string name = std::string(kind_name(op.kind)) + "Backward";
+  record(name.c_str(), {x}, {y}, [op, sx, sy, name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+    return {unary_backward(op, g[0], sx.unpack(name.c_str()), sy.unpack(name.c_str()))};
+  });
+  return y;
+}
+
+Tensor binary_autograd(BinaryKind kind, const Tensor& a, const Tensor& b) {
+  Tensor out = forward_no_grad([&] { return op::binary.forward(kind, a, b); });
+  const std::string name = std::string(kind_name(kind)) + "Backward";
+  KILN_CHECK(kind <= BinaryKind::minimum, "{}: double backward is not supported", kind_name(kind));
+  const bool need_a = kind == BinaryKind::mul || kind == BinaryKind::div || kind == BinaryKind::pow ||
+                      kind == BinaryKind::maximum || kind == BinaryKind::minimum;
+  const bool need_b = need_a;
+  SavedTensor sa(need_a ? a : Tensor()), sb(need_b ? b : Tensor());
+  SavedTensor sout(kind == BinaryKind::pow || kind == BinaryKind::div ? out : Tensor());
+  const Shape shape_a = a.sizes(), shape_b = b.sizes();
+  record(name.c_str(), {a, b}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+    const Tensor& g = gs[0];
+    Tensor A = sa.unpack(name.c_str()), B = sb.unpack(name.c_str()), Y = sout.unpack(name.c_str());
+    Tensor ga, gb;
+    switch (kind) {
+      case BinaryKind::add: ga = g; gb = g; break;
+      case BinaryKind::sub: ga = g; gb = -g; break;
+      case BinaryKind::mul: ga = g * B; gb = g * A; break;
+      case BinaryKind::div: ga = g / B; gb = -g * Y / B; break;
+      case BinaryKind::pow:
+        ga = g * B * pow(A, B - 1);
+        // d/db a^b = a^b log a; defined as 0 where a == 0 (as PyTorch does for b >= 0).
+        gb = where(A == 0.0, 0.0, g * Y * log(where(A == 0.0, 1.0, A)));
+        break;
+      case BinaryKind::maximum:
+      case BinaryKind::minimum: {
+        // Ties split the gradient evenly, as in PyTorch.
+        Tensor wins = kind == BinaryKind::maximum ? (A > B) : (A < B);
+        Tensor ties = (A == B);
+        Tensor share = wins.to(g.dtype()) + ties.to(g.dtype()) * 0.5;
+        ga = g * share;
+        gb = g * (1.0 - share);
+        break;
+      }
+      default: fail("{}: double backward is not supported", kind_name(kind));
+    }
+    return {sum_to(ga, shape_a), sum_to(gb, shape_b)};
+  });
+  return out;
+}
+
+Tensor where_autograd(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Tensor out = forward_no_grad([&] { return op::where.forward(cond, a, b); });
+  SavedTensor sc(cond);
+  const Shape shape_a = a.sizes(), shape_b = b.sizes();
+  record("WhereBackward", {cond, a, b}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+    Tensor c = sc.unpack("WhereBackward");
+    return {Tensor(), sum_to(where(c, gs[0], 0.0), shape_a), sum_to(where(c, 0.0, gs[0]), shape_b)};
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace kiln::autograd
+
+KILN_REGISTER_AUTOGRAD(unary, &kiln::autograd::unary_autograd);
+KILN_REGISTER_AUTOGRAD(binary, &kiln::autograd::binary_autograd);
+KILN_REGISTER_AUTOGRAD(where, &kiln::autograd::where_autograd);
