@@ -4,12 +4,17 @@
 #include <vector>
 
 #include "core/grad_mode.h"
+#include "core/op.h"
+#include "core/print.h"
 #include "core/ops.h"
 
 namespace kiln::autograd {
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
-}
+
+// Lets a printed tensor name its grad_fn ("grad_fn=<mulBackward>").
+detail::Registrar g_namer([] { set_grad_fn_namer([](const Node& n) { return n.name(); }); });
+}  // namespace
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 

@@ -50,7 +50,26 @@ namespace kiln::kernels {
   /* integers in [low, high) */                                                                  \
   _(randint, void(Tensor& out, Generator& gen, int64_t low, int64_t high))                       \
   /* out = 1 with probability p, else 0 */                                                       \
-  _(bernoulli, void(Tensor& out, Generator& gen, double p))
+  _(bernoulli, void(Tensor& out, Generator& gen, double p))                                     \
+  /* out[N, Cout, OH, OW] = conv(x[N, Cin, H, W], w[Cout, Cin/groups, KH, KW]) (+ bias[Cout]    \
+     when defined); x, w, bias contiguous, one floating dtype */                                \
+  _(conv2d, void(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,            \
+                 const Conv2dParams& p))                                                        \
+  /* writes (=, not +=) each of grad_x, grad_w, grad_bias that is defined (pre-allocated with   \
+     the shape of x, w, [Cout]); grad_out, x, w contiguous, one dtype. x's values are read only \
+     for grad_w and w's only for grad_x: otherwise any tensor of their shape will do */          \
+  _(conv2d_backward, void(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias,                   \
+                          const Tensor& grad_out, const Tensor& x, const Tensor& w,             \
+                          const Conv2dParams& p))                                               \
+  /* out and indices (i64: flat h * W + w within each input plane) [N, C, OH, OW]; x         \
+     contiguous NCHW */                                                                         \
+  _(max_pool2d, void(Tensor& out, Tensor& indices, const Tensor& x, const Pool2dParams& p))    \
+  /* grad_x (=) from grad_out and the forward's indices; all contiguous */                     \
+  _(max_pool2d_backward, void(Tensor& grad_x, const Tensor& grad_out, const Tensor& indices))  \
+  /* out [N, C, OH, OW]; x contiguous NCHW */                                                   \
+  _(avg_pool2d, void(Tensor& out, const Tensor& x, const Pool2dParams& p))                     \
+  /* grad_x (=) from grad_out; both contiguous */                                              \
+  _(avg_pool2d_backward, void(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p))
 
 #define KILN_DECLARE_KERNEL_(NAME, SIG) extern KernelStub<SIG> NAME;
 KILN_KERNEL_LIST(KILN_DECLARE_KERNEL_)

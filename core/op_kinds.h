@@ -33,6 +33,24 @@ enum class CompareKind : int8_t { eq, ne, lt, le, gt, ge };
 
 enum class ReduceKind : int8_t { sum, mean, max, min, prod };
 
+/// conv2d's geometry (PyTorch's Conv2d arguments): per-dim (height, width) pairs.
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+/// max_pool2d / avg_pool2d geometry. Padding is implicit -inf (max) or zeros (avg);
+/// count_include_pad only affects avg_pool2d.
+struct Pool2dParams {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
 std::string_view kind_name(UnaryKind k);
 std::string_view kind_name(BinaryKind k);
 std::string_view kind_name(CompareKind k);

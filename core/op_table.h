@@ -25,7 +25,11 @@ namespace kiln::op {
   _(cat, Tensor(const std::vector<Tensor>&, int64_t dim))                                    \
   _(index_select, Tensor(const Tensor&, int64_t dim, const Tensor& index))                   \
   _(gather, Tensor(const Tensor&, int64_t dim, const Tensor& index))                         \
-  _(scatter_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))
+  _(scatter_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))  \
+  /* bias may be undefined */                                                                \
+  _(conv2d, Tensor(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams&)) \
+  _(max_pool2d, Tensor(const Tensor&, const Pool2dParams&))                                  \
+  _(avg_pool2d, Tensor(const Tensor&, const Pool2dParams&))
 
 #define KILN_DECLARE_OP_(NAME, SIG) extern Op<SIG> NAME;
 KILN_OP_LIST(KILN_DECLARE_OP_)

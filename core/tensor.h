@@ -55,6 +55,7 @@ class TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype;
   std::unique_ptr<AutogradMeta> autograd;  // null until autograd needs it
+  bool is_view = false;  // shares storage with the tensor it was viewed from (view ops set it)
 };
 
 class Tensor {

@@ -2,12 +2,23 @@
 // backward of one op family to its primitives in core's op table.
 #pragma once
 
+#include <cctype>
+#include <string>
+#include <string_view>
+
 #include "autograd/node.h"
 #include "core/grad_mode.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 
 namespace kiln::autograd {
+
+/// "MulBackward" from "mul": the node name PyTorch users recognise.
+inline std::string backward_name(std::string_view kind) {
+  std::string s(kind);
+  if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+  return s + "Backward";
+}
 
 /// Runs a primitive's forward without recording anything.
 template <class F> Tensor forward_no_grad(F&& f) {

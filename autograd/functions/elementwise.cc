@@ -43,7 +43,7 @@ Tensor unary_autograd(const UnaryOp& op, const Tensor& x) {
                         op.kind == UnaryKind::rsqrt || op.kind == UnaryKind::tanh ||
                         op.kind == UnaryKind::sigmoid || op.kind == UnaryKind::reciprocal;
   SavedTensor sx(uses_out ? Tensor() : x), sy(uses_out ? y : Tensor());
-  const std::string name = std::string(kind_name(op.kind)) + "Backward";
+  const std::string name = backward_name(kind_name(op.kind));
   record(name.c_str(), {x}, {y}, [op, sx, sy, name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
     return {unary_backward(op, g[0], sx.unpack(name.c_str()), sy.unpack(name.c_str()))};
   });
@@ -52,7 +52,7 @@ Tensor unary_autograd(const UnaryOp& op, const Tensor& x) {
 
 Tensor binary_autograd(BinaryKind kind, const Tensor& a, const Tensor& b) {
   Tensor out = forward_no_grad([&] { return op::binary.forward(kind, a, b); });
-  const std::string name = std::string(kind_name(kind)) + "Backward";
+  const std::string name = backward_name(kind_name(kind));
   KILN_CHECK(kind <= BinaryKind::minimum, "{}: double backward is not supported", kind_name(kind));
   const bool need_a = kind == BinaryKind::mul || kind == BinaryKind::div || kind == BinaryKind::pow ||
                       kind == BinaryKind::maximum || kind == BinaryKind::minimum;

@@ -29,8 +29,18 @@ Tensor gather_autograd(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter_add_autograd(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = forward_no_grad([&] { return op::scatter_add.forward(x, dim, index, src); });
   SavedTensor si(index);
+  const Shape src_shape = src.sizes();
   record("ScatterAddBackward", {x, index, src}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
-    return {gs[0], Tensor(), op::gather(gs[0], dim, si.unpack("ScatterAddBackward"))};
+    Tensor g_src = op::gather(gs[0], dim, si.unpack("ScatterAddBackward"));
+    if (g_src.sizes() != src_shape) {
+      // The index may cover only the leading part of src; the rest got no gradient.
+      Tensor full = zeros(src_shape, TensorOptions(g_src.dtype()).device(g_src.device()));
+      Tensor window = full;
+      for (int64_t d = 0; d < g_src.dim(); ++d) window = window.narrow(d, 0, g_src.size(d));
+      window.copy_(g_src);
+      g_src = full;
+    }
+    return {gs[0], Tensor(), g_src};
   });
   return out;
 }

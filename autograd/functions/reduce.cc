@@ -34,7 +34,7 @@ Tensor reduce_autograd(ReduceKind kind, const Tensor& x, const IntList& dims, bo
   for (int64_t d : rd) count *= x.dim() ? shape[d] : 1;
   const bool needs_x = kind != ReduceKind::sum && kind != ReduceKind::mean;
   SavedTensor sx(needs_x ? x : Tensor()), sout(needs_x ? out : Tensor());
-  const std::string name = std::string(kind_name(kind)) + "Backward";
+  const std::string name = backward_name(kind_name(kind));
   record(name.c_str(), {x}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
     Tensor g = unsqueeze_reduced(gs[0], rd, keepdim);
     switch (kind) {

@@ -11,6 +11,11 @@ void check_inplace(const Tensor& x, const char* op) {
              "{}: a leaf tensor of shape {} that requires grad cannot be modified in place while grad mode "
              "is on (wrap the update in kiln::NoGradGuard)",
              op, x.sizes());
+  // Rebasing a view's history would also have to rewrite its base's; we refuse instead.
+  KILN_CHECK(!(GradMode::is_enabled() && x.unsafe_impl()->is_view && x.requires_grad()),
+             "{}: in-place modification of a view of a tensor that requires grad is not supported (view of "
+             "shape {}); clone() it first",
+             op, x.sizes());
   for (int64_t d = 0; d < x.dim(); ++d)
     KILN_CHECK(x.stride(d) != 0 || x.size(d) <= 1,
                "{}: cannot write in place into an expanded tensor of shape {} (strides {}): several elements "

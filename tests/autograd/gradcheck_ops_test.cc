@@ -135,4 +135,6 @@ TEST_CASE("indexing") {
   CHECK_GRAD([&](Inputs v) { return v[0].index_select(1, idx); }, x);
   CHECK_GRAD([&](Inputs v) { return v[0].gather(1, gidx); }, x);
   CHECK_GRAD([&](Inputs v) { return v[0].scatter_add(1, gidx, v[1]); }, x, leaf({4, 3}));
+  Tensor small_idx = tensor(std::vector<int64_t>{1, 0, 2, 2}, {2, 2});
+  CHECK_GRAD([&](Inputs v) { return v[0].scatter_add(0, small_idx, v[1]); }, leaf({3, 2}), leaf({3, 4}));
 }

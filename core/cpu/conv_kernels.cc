@@ -1,0 +1,307 @@
+// CPU conv2d forward and backward: im2col + Eigen GEMM, one image at a time, the batch split
+// into one contiguous chunk per thread (each with its own column buffers; Eigen then runs
+// single-threaded inside). A batch smaller than the thread count runs image by image and lets
+// Eigen thread each GEMM. 1x1 / stride 1 / no padding convolutions skip im2col. The weight
+// gradient is summed per chunk and the chunks are added in order, so results do not depend on
+// scheduling. f16/bf16 compute in f32.
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using MatMap = Eigen::Map<RowMat<T>>;
+template <class T> using ConstMatMap = Eigen::Map<const RowMat<T>>;
+
+/// Sizes of one convolution; a "column" matrix holds, for one image, row (c, ki, kj) and
+/// column (oh, ow): x[c, oh * sh - ph + ki * dh, ow * sw - pw + kj * dw] (0 outside).
+struct Geometry {
+  int64_t N, C, H, W, Cout, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  int64_t Cg, Coutg, K, L;  // per-group in/out channels, GEMM inner size per group, OH * OW
+  bool pointwise;           // 1x1 kernel, stride 1, no padding: x[n] is its own column matrix
+
+  Geometry(const Tensor& x, const Tensor& w, const Shape& out, const Conv2dParams& p)
+      : N(x.size(0)), C(x.size(1)), H(x.size(2)), W(x.size(3)), Cout(w.size(0)), KH(w.size(2)), KW(w.size(3)),
+        OH(out[2]), OW(out[3]), sh(p.stride[0]), sw(p.stride[1]), ph(p.padding[0]), pw(p.padding[1]),
+        dh(p.dilation[0]), dw(p.dilation[1]), groups(p.groups) {
+    Cg = C / groups;
+    Coutg = Cout / groups;
+    K = Cg * KH * KW;
+    L = OH * OW;
+    pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  }
+};
+
+/// The output columns [lo, hi) whose input column ow * s + off lies inside [0, size).
+inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t n_out, int64_t& lo, int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  hi = off >= size ? 0 : std::min(n_out, (size - 1 - off) / s + 1);
+  if (hi < lo) hi = lo;
+}
+
+/// col[C * KH * KW, OH * OW] from one image x[C, H, W].
+template <class T> void im2col(const Geometry& g, const T* x, T* col) {
+  for (int64_t c = 0; c < g.C; ++c) {
+    const T* xc = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.KH; ++ki) {
+      for (int64_t kj = 0; kj < g.KW; ++kj) {
+        T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
+        const int64_t off_w = kj * g.dw - g.pw;
+        int64_t lo, hi;
+        valid_range(off_w, g.sw, g.W, g.OW, lo, hi);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          T* r = row + oh * g.OW;
+          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(r, r + g.OW, T(0));
+            continue;
+          }
+          const T* xr = xc + ih * g.W + off_w;
+          std::fill(r, r + lo, T(0));
+          if (g.sw == 1) {
+            std::memcpy(r + lo, xr + lo, (hi - lo) * sizeof(T));
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw];
+          }
+          std::fill(r + hi, r + g.OW, T(0));
+        }
+      }
+    }
+  }
+}
+
+/// x[C, H, W] = the sum of col's entries over the positions each was read from (x zeroed here).
+template <class T> void col2im(const Geometry& g, const T* col, T* x) {
+  std::fill(x, x + g.C * g.H * g.W, T(0));
+  for (int64_t c = 0; c < g.C; ++c) {
+    T* xc = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.KH; ++ki) {
+      for (int64_t kj = 0; kj < g.KW; ++kj) {
+        const T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
+        const int64_t off_w = kj * g.dw - g.pw;
+        int64_t lo, hi;
+        valid_range(off_w, g.sw, g.W, g.OW, lo, hi);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          const T* r = row + oh * g.OW;
+          T* xr = xc + ih * g.W + off_w;
+          if (g.sw == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) xr[ow] += r[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw] += r[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+/// How the batch is spread over threads: `workers` threads take turns at `blocks` contiguous
+/// blocks of images. More blocks than threads, taken as threads come free, so that a thread
+/// slowed down by another process does not hold the others up.
+struct BatchSchedule {
+  int64_t workers = 1, blocks = 1;
+};
+
+/// One worker (Eigen then threads each GEMM) when the batch has fewer images than threads or
+/// the problem is too small to be worth waking threads for; otherwise one per thread and up to
+/// `max_blocks` blocks.
+BatchSchedule batch_schedule(int64_t N, int64_t work_per_image, int64_t max_blocks) {
+  const int64_t nt = get_num_threads();
+  if (nt <= 1 || N < nt || N * work_per_image < (int64_t{1} << 16)) return {};
+  return {nt, std::max(nt, std::min(N, max_blocks))};
+}
+
+/// Runs body(state, block, n_begin, n_end) for every block; each worker first builds its own
+/// scratch `state` (column buffers) with make_state().
+template <class MakeState, class Body>
+void run_batch(int64_t N, BatchSchedule s, const MakeState& make_state, const Body& body) {
+  std::atomic<int64_t> next{0};
+  parallel_for(0, s.workers, 1, [&](int64_t, int64_t) {
+    auto state = make_state();
+    for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < s.blocks;)
+      body(state, b, b * N / s.blocks, (b + 1) * N / s.blocks);
+  });
+}
+
+template <class T>
+void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const Geometry g(x, w, out.sizes(), p);
+  const T* px = x.data_ptr<T>();
+  const T* pw = w.data_ptr<T>();
+  const T* pb = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  T* po = out.data_ptr<T>();
+  const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
+  run_batch(
+      g.N, batch_schedule(g.N, g.Cout * g.K * g.L, g.N), [&] { return std::vector<T>(col_size); },
+      [&](std::vector<T>& col_buf, int64_t, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* xn = px + n * g.C * g.H * g.W;
+      const T* col = xn;
+      if (!g.pointwise) {
+        im2col(g, xn, col_buf.data());
+        col = col_buf.data();
+      }
+      T* on = po + n * g.Cout * g.L;
+      for (int64_t gi = 0; gi < g.groups; ++gi) {
+        MatMap<T> O(on + gi * g.Coutg * g.L, g.Coutg, g.L);
+        ConstMatMap<T> Wg(pw + gi * g.Coutg * g.K, g.Coutg, g.K);
+        ConstMatMap<T> Cg(col + gi * g.K * g.L, g.K, g.L);
+        if (pb != nullptr) {
+          for (int64_t co = 0; co < g.Coutg; ++co) O.row(co).setConstant(pb[gi * g.Coutg + co]);
+          O.noalias() += Wg * Cg;
+        } else {
+          O.noalias() = Wg * Cg;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                          const Tensor& w, const Conv2dParams& p) {
+  const Geometry g(x, w, grad_out.sizes(), p);
+  const T* px = x.data_ptr<T>();
+  const T* pw = w.data_ptr<T>();
+  const T* pgo = grad_out.data_ptr<T>();
+
+  if (grad_bias.defined()) {
+    // Summed in double per channel: N * OH * OW terms can be many.
+    T* pgb = grad_bias.data_ptr<T>();
+    parallel_for(0, g.Cout, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(g.N * g.L, 1)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t co = lo; co < hi; ++co) {
+                     double s = 0;
+                     for (int64_t n = 0; n < g.N; ++n) {
+                       const T* r = pgo + (n * g.Cout + co) * g.L;
+                       T part = 0;
+                       for (int64_t l = 0; l < g.L; ++l) part += r[l];
+                       s += static_cast<double>(part);
+                     }
+                     pgb[co] = static_cast<T>(s);
+                   }
+                 });
+  }
+  const bool need_x = grad_x.defined(), need_w = grad_w.defined();
+  if (!need_x && !need_w) return;
+
+  T* pgx = need_x ? grad_x.data_ptr<T>() : nullptr;
+  const int64_t wsize = g.Cout * g.K;
+  // The weight gradient is summed per block (a few per thread, fewer for large weights) and the
+  // blocks are added in order at the end, so the result does not depend on which thread ran
+  // which block; without it every image is a block.
+  const int64_t max_blocks =
+      need_w ? std::min<int64_t>(4 * get_num_threads(), (int64_t{64} << 20) / (wsize * sizeof(T))) : g.N;
+  const BatchSchedule sched = batch_schedule(g.N, g.Cout * g.K * g.L * (need_x + need_w), max_blocks);
+  std::vector<T> gw_parts(need_w ? sched.blocks * wsize : 0, T(0));
+  const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
+  struct Scratch {
+    std::vector<T> col, dcol;
+  };
+  run_batch(
+      g.N, sched, [&] { return Scratch{std::vector<T>(need_w ? col_size : 0), std::vector<T>(need_x ? col_size : 0)}; },
+      [&](Scratch& scratch, int64_t block, int64_t n0, int64_t n1) {
+    std::vector<T>& col_buf = scratch.col;
+    std::vector<T>& dcol_buf = scratch.dcol;
+    T* gw = need_w ? gw_parts.data() + block * wsize : nullptr;
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* gon = pgo + n * g.Cout * g.L;
+      if (need_w) {
+        const T* xn = px + n * g.C * g.H * g.W;
+        const T* col = xn;
+        if (!g.pointwise) {
+          im2col(g, xn, col_buf.data());
+          col = col_buf.data();
+        }
+        for (int64_t gi = 0; gi < g.groups; ++gi) {
+          MatMap<T> GW(gw + gi * g.Coutg * g.K, g.Coutg, g.K);
+          ConstMatMap<T> GO(gon + gi * g.Coutg * g.L, g.Coutg, g.L);
+          ConstMatMap<T> Cg(col + gi * g.K * g.L, g.K, g.L);
+          GW.noalias() += GO * Cg.transpose();
+        }
+      }
+      if (need_x) {
+        T* gxn = pgx + n * g.C * g.H * g.W;
+        T* dcol = g.pointwise ? gxn : dcol_buf.data();
+        for (int64_t gi = 0; gi < g.groups; ++gi) {
+          MatMap<T> D(dcol + gi * g.K * g.L, g.K, g.L);
+          ConstMatMap<T> Wg(pw + gi * g.Coutg * g.K, g.Coutg, g.K);
+          ConstMatMap<T> GO(gon + gi * g.Coutg * g.L, g.Coutg, g.L);
+          D.noalias() = Wg.transpose() * GO;
+        }
+        if (!g.pointwise) col2im(g, dcol, gxn);
+      }
+    }
+  });
+  if (need_w) {
+    T* pgw = grad_w.data_ptr<T>();
+    std::copy(gw_parts.begin(), gw_parts.begin() + wsize, pgw);
+    for (int64_t c = 1; c < sched.blocks; ++c) {
+      const T* part = gw_parts.data() + c * wsize;
+      for (int64_t i = 0; i < wsize; ++i) pgw[i] += part[i];
+    }
+  }
+}
+
+Tensor as_f32(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor c = make_tensor(t.sizes(), kFloat32, t.device());
+  kernels::copy[t.device()](c, t);
+  return c;
+}
+
+Tensor f32_like(const Tensor& t) { return t.defined() ? make_tensor(t.sizes(), kFloat32, t.device()) : t; }
+
+void copy_back(Tensor& dst, const Tensor& src) {
+  if (dst.defined()) kernels::copy[dst.device()](dst, src);
+}
+
+void conv2d_kernel(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  switch (x.dtype()) {
+    case DType::f32: return conv2d_forward_impl<float>(out, x, w, bias, p);
+    case DType::f64: return conv2d_forward_impl<double>(out, x, w, bias, p);
+    case DType::f16:
+    case DType::bf16: {
+      Tensor o = f32_like(out);
+      conv2d_forward_impl<float>(o, as_f32(x), as_f32(w), as_f32(bias), p);
+      return copy_back(out, o);
+    }
+    default: fail("conv2d: dtype {} is not supported (floating types only)", x.dtype());
+  }
+}
+
+void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, const Tensor& grad_out,
+                            const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  switch (x.dtype()) {
+    case DType::f32: return conv2d_backward_impl<float>(grad_x, grad_w, grad_bias, grad_out, x, w, p);
+    case DType::f64: return conv2d_backward_impl<double>(grad_x, grad_w, grad_bias, grad_out, x, w, p);
+    case DType::f16:
+    case DType::bf16: {
+      Tensor gx = f32_like(grad_x), gw = f32_like(grad_w), gb = f32_like(grad_bias);
+      conv2d_backward_impl<float>(gx, gw, gb, as_f32(grad_out), as_f32(x), as_f32(w), p);
+      copy_back(grad_x, gx);
+      copy_back(grad_w, gw);
+      copy_back(grad_bias, gb);
+      return;
+    }
+    default: fail("conv2d_backward: dtype {} is not supported (floating types only)", x.dtype());
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(conv2d, DeviceType::CPU, &conv2d_kernel);
+KILN_REGISTER_KERNEL(conv2d_backward, DeviceType::CPU, &conv2d_backward_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,162 @@
+// CPU batched matrix multiply: out[b] = a[b] @ b[b] through Eigen's GEMM. Each 2-D slice is
+// mapped in place as row-major or column-major (a transposed view is column-major) with its
+// leading dimension, so transposes and batch broadcasts (stride 0) cost no copy; an operand is
+// copied only when neither of its inner strides is 1. Large products use Eigen's own OpenMP
+// GEMM, many small ones run in parallel over the batch. f16/bf16 compute in f32; integers use a
+// plain loop.
+#include <Eigen/Core>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+using Stride = Eigen::OuterStride<>;
+
+/// How a [rows, cols] slice with strides (s0, s1) can be read in place.
+struct MatLayout {
+  bool ok = false;
+  bool row_major = true;
+  int64_t ld = 0;  // leading dimension (outer stride)
+};
+
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  // A size-1 dim's stride is irrelevant; Eigen wants ld >= the inner size.
+  if ((s1 == 1 || cols == 1) && (rows == 1 || s0 >= cols)) return {true, true, rows == 1 ? std::max<int64_t>(cols, 1) : s0};
+  if ((s0 == 1 || rows == 1) && (cols == 1 || s1 >= rows)) return {true, false, cols == 1 ? std::max<int64_t>(rows, 1) : s1};
+  return {};
+}
+
+MatLayout layout_of(const Tensor& t) { return layout_of(t.size(1), t.size(2), t.stride(1), t.stride(2)); }
+
+Tensor contiguous_as(const Tensor& t, DType dt) {
+  if (t.is_contiguous() && t.dtype() == dt) return t;
+  Tensor c = make_tensor(t.sizes(), dt, t.device());
+  kernels::copy[t.device()](c, t);
+  return c;
+}
+
+/// c[M, N] (row-major, leading dim ldc) = a[M, K] @ b[K, N].
+template <class T>
+void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb, int64_t M, int64_t N, int64_t K) {
+  Eigen::Map<RowMat<T>, 0, Stride> C(c, M, N, Stride(ldc));
+  auto with_a = [&](const auto& A) {
+    if (lb.row_major) C.noalias() = A * Eigen::Map<const RowMat<T>, 0, Stride>(b, K, N, Stride(lb.ld));
+    else C.noalias() = A * Eigen::Map<const ColMat<T>, 0, Stride>(b, K, N, Stride(lb.ld));
+  };
+  if (la.row_major) with_a(Eigen::Map<const RowMat<T>, 0, Stride>(a, M, K, Stride(la.ld)));
+  else with_a(Eigen::Map<const ColMat<T>, 0, Stride>(a, M, K, Stride(la.ld)));
+}
+
+/// Eigen sizes its OpenMP team from omp_get_max_threads() of the calling thread (we never call
+/// Eigen::setNbThreads), so setting that per-thread value picks the team for one product.
+class EigenThreads {
+ public:
+  explicit EigenThreads(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~EigenThreads() { omp_set_num_threads(prev_); }
+  EigenThreads(const EigenThreads&) = delete;
+  EigenThreads& operator=(const EigenThreads&) = delete;
+
+ private:
+  int prev_;
+};
+
+// Multiply-adds one thread should get before another is woken. Eigen's own threshold (50k) is
+// tuned for idle machines; waking threads for ~10 us of work loses badly on a busy one.
+constexpr int64_t kGemmGrain = int64_t{1} << 19;
+
+template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b0) {
+  Tensor a = a0, b = b0;
+  MatLayout la = layout_of(a), lb = layout_of(b);
+  if (!la.ok) { a = contiguous_as(a, a.dtype()); la = layout_of(a); }
+  if (!lb.ok) { b = contiguous_as(b, b.dtype()); lb = layout_of(b); }
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  MatLayout lc = layout_of(out);
+  const bool direct = lc.ok && lc.row_major;
+  Tensor c = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  if (!direct) lc = layout_of(c);
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = c.data_ptr<T>();
+  const int64_t sa = a.stride(0), sb = b.stride(0), sc = c.stride(0);
+  auto one = [&](int64_t i) { gemm<T>(pc + i * sc, lc.ld, pa + i * sa, la, pb + i * sb, lb, M, N, K); };
+  const int64_t work = M * N * K;
+  const int nt = get_num_threads();
+  if (B > 1 && work * nt < kGemmGrain * 8) {
+    // Many small products: spread the batch over threads (Eigen runs single-threaded inside a
+    // parallel region).
+    parallel_for(0, B, std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(work, 1)),
+                 [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) one(i); });
+  } else {
+    // Each product on as many threads as its size warrants; Eigen shares the packed panels.
+    EigenThreads guard(static_cast<int>(std::clamp<int64_t>(work / kGemmGrain, 1, nt)));
+    for (int64_t i = 0; i < B; ++i) one(i);
+  }
+  if (!direct) kernels::copy[out.device()](out, c);
+}
+
+/// Integer GEMM (wrapping arithmetic, as PyTorch): i-k-j order so the inner loop runs along a
+/// row of b and of out.
+template <class T> void bmm_naive(Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = out.data_ptr<T>();
+  const int64_t a0 = a.stride(0), a1 = a.stride(1), a2 = a.stride(2);
+  const int64_t b0 = b.stride(0), b1 = b.stride(1), b2 = b.stride(2);
+  const int64_t c0 = out.stride(0), c1 = out.stride(1), c2 = out.stride(2);
+  parallel_for(0, B * M, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(N * K, 1)), [&](int64_t lo, int64_t hi) {
+    std::vector<T> row(N);
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t bi = r / M, i = r % M;
+      std::fill(row.begin(), row.end(), T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T aik = pa[bi * a0 + i * a1 + k * a2];
+        const T* brow = pb + bi * b0 + k * b1;
+        if (b2 == 1) for (int64_t j = 0; j < N; ++j) row[j] += aik * brow[j];
+        else for (int64_t j = 0; j < N; ++j) row[j] += aik * brow[j * b2];
+      }
+      T* crow = pc + bi * c0 + i * c1;
+      for (int64_t j = 0; j < N; ++j) crow[j * c2] = row[j];
+    }
+  });
+}
+
+void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "bmm: expected 3-D operands, got {}, {} and out {}",
+             a.sizes(), b.sizes(), out.sizes());
+  KILN_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "bmm: dtypes differ ({}, {}, out {})", a.dtype(),
+             b.dtype(), out.dtype());
+  if (out.numel() == 0) return;
+  if (a.size(2) == 0) {  // an empty inner dimension: the sum of nothing
+    kernels::fill[out.device()](out, 0);
+    return;
+  }
+  switch (a.dtype()) {
+    case DType::f32: return bmm_eigen<float>(out, a, b);
+    case DType::f64: return bmm_eigen<double>(out, a, b);
+    case DType::f16:
+    case DType::bf16: {
+      Tensor c = make_tensor(out.sizes(), kFloat32, out.device());
+      bmm_eigen<float>(c, contiguous_as(a, kFloat32), contiguous_as(b, kFloat32));
+      kernels::copy[out.device()](out, c);
+      return;
+    }
+    case DType::i32: return bmm_naive<int32_t>(out, a, b);
+    case DType::i64: return bmm_naive<int64_t>(out, a, b);
+    default: fail("bmm: dtype {} is not supported", a.dtype());
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(bmm, DeviceType::CPU, &bmm_kernel);
+
+}  // namespace kiln::cpu

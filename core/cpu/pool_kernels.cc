@@ -1,0 +1,204 @@
+// CPU max/avg 2-D pooling, forward and backward, in parallel over the N * C planes (each plane's
+// gradient is written by one thread only, so no atomics). Windows follow PyTorch: max pooling
+// treats padding as -inf and propagates NaN; avg pooling divides by the window clipped to the
+// padded input (count_include_pad) or to the input. 16-bit floats compute in float.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct PoolGeometry {
+  int64_t planes, H, W, OH, OW;
+  const Pool2dParams& p;
+  PoolGeometry(const Tensor& in, const Tensor& out, const Pool2dParams& params)
+      : planes(in.size(0) * in.size(1)), H(in.size(2)), W(in.size(3)), OH(out.size(2)), OW(out.size(3)),
+        p(params) {}
+  /// Planes per parallel task: enough that each task touches ~kGrainSize elements.
+  int64_t grain() const { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(H * W + OH * OW, 1)); }
+};
+
+/// best[i], arg[i] = max(best[i], src[i * stride]) and its index base + i * stride, for i in
+/// [lo, hi). A select over the whole row (no data-dependent branch: `v > best` on real data is a
+/// coin flip no predictor learns), which the compiler vectorises. NaN counts as the maximum
+/// (the last one wins, as in PyTorch).
+template <class T>
+inline void max_update(const T* __restrict src, int64_t stride, int64_t base, opmath_t<T>* __restrict best,
+                       int64_t* __restrict arg, int64_t lo, int64_t hi) {
+  using A = opmath_t<T>;
+  for (int64_t i = lo; i < hi; ++i) {
+    const A v = static_cast<A>(src[i * stride]);
+    const A b = best[i];
+    const bool take = (v > b) | (v != v);
+    best[i] = take ? v : b;
+    arg[i] = take ? base + i * stride : arg[i];
+  }
+}
+
+template <class T> void max_pool_forward(Tensor& out, Tensor& indices, const Tensor& x, const Pool2dParams& p) {
+  using A = opmath_t<T>;
+  const PoolGeometry g(x, out, p);
+  const T* px = x.data_ptr<T>();
+  T* po = out.data_ptr<T>();
+  int64_t* pi = indices.data_ptr<int64_t>();
+  const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
+  const int64_t ph = p.padding[0], pw = p.padding[1];
+  // Per kernel column j, the output columns whose input column lies inside the image.
+  std::vector<int64_t> lo(kw), hi(kw);
+  for (int64_t j = 0; j < kw; ++j) {
+    const int64_t off = j - pw;
+    lo[j] = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    hi[j] = std::max(lo[j], std::min(g.OW, off >= g.W ? 0 : (g.W - 1 - off) / sw + 1));
+  }
+  parallel_for(0, g.planes, g.grain(), [&](int64_t plo, int64_t phi) {
+    // One output row at a time, window element by window element.
+    std::vector<A> best(g.OW);
+    std::vector<int64_t> arg(g.OW);
+    for (int64_t pl = plo; pl < phi; ++pl) {
+      const T* xp = px + pl * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t h0 = std::max<int64_t>(oh * sh - ph, 0), h1 = std::min(oh * sh - ph + kh, g.H);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          best[ow] = -std::numeric_limits<A>::infinity();
+          arg[ow] = h0 * g.W + std::max<int64_t>(ow * sw - pw, 0);
+        }
+        A* b = best.data();
+        int64_t* a = arg.data();
+        for (int64_t h = h0; h < h1; ++h) {
+          const T* row = xp + h * g.W;
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t off = j - pw;
+            max_update<T>(row + off, sw, h * g.W + off, b, a, lo[j], hi[j]);
+          }
+        }
+        T* op = po + (pl * g.OH + oh) * g.OW;
+        int64_t* ip = pi + (pl * g.OH + oh) * g.OW;
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          op[ow] = static_cast<T>(b[ow]);
+          ip[ow] = a[ow];
+        }
+      }
+    }
+  });
+}
+
+template <class T> void max_pool_backward(Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
+  using A = opmath_t<T>;
+  const int64_t planes = grad_x.size(0) * grad_x.size(1), in = grad_x.size(2) * grad_x.size(3);
+  const int64_t outn = grad_out.size(2) * grad_out.size(3);
+  const T* pg = grad_out.data_ptr<T>();
+  const int64_t* pi = indices.data_ptr<int64_t>();
+  T* px = grad_x.data_ptr<T>();
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(in + outn, 1));
+  parallel_for(0, planes, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<A> acc(in);
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      const T* gp = pg + pl * outn;
+      const int64_t* ip = pi + pl * outn;
+      for (int64_t o = 0; o < outn; ++o) acc[ip[o]] += static_cast<A>(gp[o]);
+      T* xp = px + pl * in;
+      for (int64_t i = 0; i < in; ++i) xp[i] = static_cast<T>(acc[i]);
+    }
+  });
+}
+
+/// The divisor of avg pooling's window starting at (hs, ws) (unclipped, may be negative).
+inline int64_t avg_divisor(int64_t hs, int64_t ws, const PoolGeometry& g) {
+  const Pool2dParams& p = g.p;
+  int64_t he = std::min(hs + p.kernel[0], g.H + p.padding[0]);
+  int64_t we = std::min(ws + p.kernel[1], g.W + p.padding[1]);
+  if (p.count_include_pad) return (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0);
+  ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, g.H);
+  we = std::min(we, g.W);
+  return (he - hs) * (we - ws);
+}
+
+template <class T> void avg_pool_forward(Tensor& out, const Tensor& x, const Pool2dParams& p) {
+  using A = opmath_t<T>;
+  const PoolGeometry g(x, out, p);
+  const T* px = x.data_ptr<T>();
+  T* po = out.data_ptr<T>();
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const T* xp = px + pl * g.H * g.W;
+      T* op = po + pl * g.OH * g.OW;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t hs = oh * p.stride[0] - p.padding[0];
+        const int64_t h0 = std::max<int64_t>(hs, 0), h1 = std::min(hs + p.kernel[0], g.H);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t ws = ow * p.stride[1] - p.padding[1];
+          const int64_t w0 = std::max<int64_t>(ws, 0), w1 = std::min(ws + p.kernel[1], g.W);
+          A s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += static_cast<A>(xp[h * g.W + w]);
+          const int64_t div = avg_divisor(hs, ws, g);
+          op[oh * g.OW + ow] = static_cast<T>(div > 0 ? s / static_cast<A>(div) : A(0));
+        }
+      }
+    }
+  });
+}
+
+template <class T> void avg_pool_backward(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p) {
+  using A = opmath_t<T>;
+  const PoolGeometry g(grad_x, grad_out, p);
+  const T* pg = grad_out.data_ptr<T>();
+  T* px = grad_x.data_ptr<T>();
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    std::vector<A> acc(g.H * g.W);
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      const T* gp = pg + pl * g.OH * g.OW;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t hs = oh * p.stride[0] - p.padding[0];
+        const int64_t h0 = std::max<int64_t>(hs, 0), h1 = std::min(hs + p.kernel[0], g.H);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t ws = ow * p.stride[1] - p.padding[1];
+          const int64_t w0 = std::max<int64_t>(ws, 0), w1 = std::min(ws + p.kernel[1], g.W);
+          const int64_t div = avg_divisor(hs, ws, g);
+          if (div <= 0) continue;
+          const A v = static_cast<A>(gp[oh * g.OW + ow]) / static_cast<A>(div);
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) acc[h * g.W + w] += v;
+        }
+      }
+      T* xp = px + pl * g.H * g.W;
+      for (int64_t i = 0; i < g.H * g.W; ++i) xp[i] = static_cast<T>(acc[i]);
+    }
+  });
+}
+
+void max_pool2d_kernel(Tensor& out, Tensor& indices, const Tensor& x, const Pool2dParams& p) {
+  KILN_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&]<class T>() { max_pool_forward<T>(out, indices, x, p); });
+}
+
+void max_pool2d_backward_kernel(Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
+  KILN_DISPATCH_FLOATING(grad_x.dtype(), "max_pool2d_backward",
+                         [&]<class T>() { max_pool_backward<T>(grad_x, grad_out, indices); });
+}
+
+void avg_pool2d_kernel(Tensor& out, const Tensor& x, const Pool2dParams& p) {
+  KILN_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&]<class T>() { avg_pool_forward<T>(out, x, p); });
+}
+
+void avg_pool2d_backward_kernel(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p) {
+  KILN_DISPATCH_FLOATING(grad_x.dtype(), "avg_pool2d_backward",
+                         [&]<class T>() { avg_pool_backward<T>(grad_x, grad_out, p); });
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(max_pool2d, DeviceType::CPU, &max_pool2d_kernel);
+KILN_REGISTER_KERNEL(max_pool2d_backward, DeviceType::CPU, &max_pool2d_backward_kernel);
+KILN_REGISTER_KERNEL(avg_pool2d, DeviceType::CPU, &avg_pool2d_kernel);
+KILN_REGISTER_KERNEL(avg_pool2d_backward, DeviceType::CPU, &avg_pool2d_backward_kernel);
+
+}  // namespace kiln::cpu

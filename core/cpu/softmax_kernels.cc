@@ -1,0 +1,172 @@
+// CPU softmax / log_softmax and their backward along one dim, numerically stable (the row's
+// maximum is subtracted before exp). Work is laid out as [outer, D, inner] on contiguous data:
+// inner == 1 (the last dim) runs row by row with Eigen's vectorised exp; otherwise blocks of the
+// inner dim are processed together. Rows are split across threads. f16/bf16 compute in f32.
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <class T> using CMap = Eigen::Map<const Arr<T>>;
+template <class T> using MMap = Eigen::Map<Arr<T>>;
+
+constexpr int64_t kBlock = 64;  // inner positions processed together when the dim is not last
+
+/// `t` itself when already contiguous with dtype `dt`, else a contiguous copy converted to it.
+Tensor contiguous_as(const Tensor& t, DType dt) {
+  if (t.is_contiguous() && t.dtype() == dt) return t;
+  Tensor c = make_tensor(t.sizes(), dt, t.device());
+  kernels::copy[t.device()](c, t);
+  return c;
+}
+
+DType compute_dtype(DType t, const char* op) {
+  KILN_CHECK(is_floating(t), "{}: dtype {} is not supported (floating types only)", op, t);
+  return t == kFloat64 ? kFloat64 : kFloat32;
+}
+
+struct Dims {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+
+Dims split_at(const Shape& s, int64_t dim) {
+  Dims d;
+  for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) {
+    if (i < dim) d.outer *= s[i];
+    else if (i == dim) d.D = s[i];
+    else d.inner *= s[i];
+  }
+  return d;
+}
+
+/// Runs f(outer, j0, len) over every (outer index, block of inner) in parallel.
+template <class F> void for_each_block(const Dims& g, const F& f) {
+  const int64_t bsz = g.inner == 1 ? 1 : kBlock;
+  const int64_t nblk = (g.inner + bsz - 1) / bsz;
+  const int64_t per_item = std::max<int64_t>(1, g.D * std::min(bsz, g.inner));
+  parallel_for(0, g.outer * nblk, std::max<int64_t>(1, kGrainSize / per_item), [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t o = it / nblk, j0 = (it % nblk) * bsz;
+      f(o, j0, std::min(bsz, g.inner - j0));
+    }
+  });
+}
+
+template <class T> void softmax_typed(T* y, const T* x, const Dims& g, bool log) {
+  const int64_t D = g.D, I = g.inner;
+  for_each_block(g, [&](int64_t o, int64_t j0, int64_t len) {
+    if (I == 1) {
+      CMap<T> xr(x + o * D, D);
+      MMap<T> yr(y + o * D, D);
+      const T m = xr.maxCoeff();
+      if (log) {
+        const T s = (xr - m).exp().sum();
+        yr = xr - (m + std::log(s));
+      } else {
+        yr = (xr - m).exp();
+        yr *= T(1) / yr.sum();
+      }
+      return;
+    }
+    T mbuf[kBlock], sbuf[kBlock];
+    MMap<T> m(mbuf, len), s(sbuf, len);
+    m.setConstant(-std::numeric_limits<T>::infinity());
+    s.setZero();
+    const T* xb = x + o * D * I + j0;
+    T* yb = y + o * D * I + j0;
+    for (int64_t d = 0; d < D; ++d) m = m.max(CMap<T>(xb + d * I, len));
+    if (log) {
+      for (int64_t d = 0; d < D; ++d) s += (CMap<T>(xb + d * I, len) - m).exp();
+      m += s.log();
+      for (int64_t d = 0; d < D; ++d) MMap<T>(yb + d * I, len) = CMap<T>(xb + d * I, len) - m;
+    } else {
+      for (int64_t d = 0; d < D; ++d) {
+        MMap<T> yr(yb + d * I, len);
+        yr = (CMap<T>(xb + d * I, len) - m).exp();
+        s += yr;
+      }
+      s = s.inverse();
+      for (int64_t d = 0; d < D; ++d) MMap<T>(yb + d * I, len) *= s;
+    }
+  });
+}
+
+// softmax:     gx = y * (g - sum(g * y))
+// log_softmax: gx = g - exp(y) * sum(g)
+template <class T> void softmax_backward_typed(T* gx, const T* gy, const T* y, const Dims& g, bool log) {
+  const int64_t D = g.D, I = g.inner;
+  for_each_block(g, [&](int64_t o, int64_t j0, int64_t len) {
+    if (I == 1) {
+      CMap<T> gr(gy + o * D, D), yr(y + o * D, D);
+      MMap<T> out(gx + o * D, D);
+      if (log) {
+        const T s = gr.sum();
+        out = gr - yr.exp() * s;
+      } else {
+        const T s = (gr * yr).sum();
+        out = yr * (gr - s);
+      }
+      return;
+    }
+    T sbuf[kBlock];
+    MMap<T> s(sbuf, len);
+    s.setZero();
+    const int64_t base = o * D * I + j0;
+    for (int64_t d = 0; d < D; ++d) {
+      CMap<T> gr(gy + base + d * I, len);
+      if (log) s += gr;
+      else s += gr * CMap<T>(y + base + d * I, len);
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      CMap<T> gr(gy + base + d * I, len), yr(y + base + d * I, len);
+      MMap<T> out(gx + base + d * I, len);
+      if (log) out = gr - yr.exp() * s;
+      else out = yr * (gr - s);
+    }
+  });
+}
+
+void softmax_kernel(Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  if (out.numel() == 0) return;
+  const DType cd = compute_dtype(x.dtype(), name);
+  Tensor xc = contiguous_as(x, cd);
+  const bool direct = out.is_contiguous() && out.dtype() == cd;
+  Tensor oc = direct ? out : make_tensor(out.sizes(), cd, out.device());
+  const Dims g = split_at(x.sizes(), x.dim() == 0 ? 0 : dim);
+  if (cd == kFloat64) softmax_typed(oc.data_ptr<double>(), xc.data_ptr<double>(), g, log);
+  else softmax_typed(oc.data_ptr<float>(), xc.data_ptr<float>(), g, log);
+  if (!direct) kernels::copy[out.device()](out, oc);
+}
+
+void softmax_backward_kernel(Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax_backward" : "softmax_backward";
+  if (grad_x.numel() == 0) return;
+  KILN_CHECK(grad_y.sizes() == y.sizes() && grad_x.sizes() == y.sizes(),
+             "{}: shapes differ (grad_x {}, grad_y {}, y {})", name, grad_x.sizes(), grad_y.sizes(), y.sizes());
+  const DType cd = compute_dtype(y.dtype(), name);
+  Tensor gc = contiguous_as(grad_y, cd), yc = contiguous_as(y, cd);
+  const bool direct = grad_x.is_contiguous() && grad_x.dtype() == cd;
+  Tensor oc = direct ? grad_x : make_tensor(grad_x.sizes(), cd, grad_x.device());
+  const Dims g = split_at(y.sizes(), y.dim() == 0 ? 0 : dim);
+  if (cd == kFloat64)
+    softmax_backward_typed(oc.data_ptr<double>(), gc.data_ptr<double>(), yc.data_ptr<double>(), g, log);
+  else
+    softmax_backward_typed(oc.data_ptr<float>(), gc.data_ptr<float>(), yc.data_ptr<float>(), g, log);
+  if (!direct) kernels::copy[grad_x.device()](grad_x, oc);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(softmax, DeviceType::CPU, &softmax_kernel);
+KILN_REGISTER_KERNEL(softmax_backward, DeviceType::CPU, &softmax_backward_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,450 @@
+// Elementwise ops against f64 std:: references on random inputs: every unary and binary op,
+// broadcasting, non-contiguous operands, 16-bit floats, the fused backward kinds, comparisons,
+// where/clamp/masked_fill, in-place arithmetic and the errors.
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "core/grad_mode.h"
+#include "tests/core/test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+/// The f64 reference tensor of applying `f` to every element of x.
+Tensor ref1(const Tensor& x, const std::function<double(double)>& f) {
+  auto v = x.to_vector<double>();
+  for (double& e : v) e = f(e);
+  return tensor(v, x.sizes(), kFloat64);
+}
+
+/// The f64 reference of f(a, b) with NumPy broadcasting (a, b converted to `shape` first).
+Tensor ref2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f) {
+  Shape shape = broadcast_shapes(a.sizes(), b.sizes(), "ref2");
+  // Multiplying by ones of the broadcast shape materialises each operand at that shape.
+  auto x = (a.to(kFloat64) + zeros(shape, kFloat64)).to_vector<double>();
+  auto y = (b.to(kFloat64) + zeros(shape, kFloat64)).to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) x[i] = f(x[i], y[i]);
+  return tensor(x, shape, kFloat64);
+}
+
+/// A transposed (non-contiguous) view of a fresh random 2-D tensor of shape [rows, cols].
+Tensor transposed(const Tensor& base) {
+  REQUIRE(base.dim() == 2);
+  return make_view(base, {base.size(1), base.size(0)}, {1, base.size(1)}, base.offset());
+}
+
+Tensor positive(const Shape& s, DType dt = kFloat32) { return (rand(s, kFloat64) * 2.0 + 0.1).to(dt); }
+Tensor normal(const Shape& s, DType dt = kFloat32) { return (randn(s, kFloat64) * 2.0).to(dt); }
+
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+
+struct UnaryCase {
+  std::string name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  bool positive_domain;
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return kiln::neg(x); }, [](double v) { return -v; }, false},
+      {"abs", [](const Tensor& x) { return kiln::abs(x); }, [](double v) { return std::fabs(v); }, false},
+      {"exp", [](const Tensor& x) { return kiln::exp(x); }, [](double v) { return std::exp(v); }, false},
+      {"log", [](const Tensor& x) { return kiln::log(x); }, [](double v) { return std::log(v); }, true},
+      {"log1p", [](const Tensor& x) { return kiln::log1p(x); }, [](double v) { return std::log1p(v); }, true},
+      {"expm1", [](const Tensor& x) { return kiln::expm1(x); }, [](double v) { return std::expm1(v); }, false},
+      {"sqrt", [](const Tensor& x) { return kiln::sqrt(x); }, [](double v) { return std::sqrt(v); }, true},
+      {"rsqrt", [](const Tensor& x) { return kiln::rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); }, true},
+      {"sin", [](const Tensor& x) { return kiln::sin(x); }, [](double v) { return std::sin(v); }, false},
+      {"cos", [](const Tensor& x) { return kiln::cos(x); }, [](double v) { return std::cos(v); }, false},
+      {"tanh", [](const Tensor& x) { return kiln::tanh(x); }, [](double v) { return std::tanh(v); }, false},
+      {"sigmoid", [](const Tensor& x) { return kiln::sigmoid(x); }, sigmoid_ref, false},
+      {"relu", [](const Tensor& x) { return kiln::relu(x); }, [](double v) { return v > 0 ? v : 0.0; }, false},
+      {"gelu", [](const Tensor& x) { return kiln::gelu(x); }, gelu_ref, false},
+      {"silu", [](const Tensor& x) { return kiln::silu(x); }, [](double v) { return v * sigmoid_ref(v); }, false},
+      {"square", [](const Tensor& x) { return kiln::square(x); }, [](double v) { return v * v; }, false},
+      {"reciprocal", [](const Tensor& x) { return kiln::reciprocal(x); }, [](double v) { return 1 / v; }, true},
+      {"sign", [](const Tensor& x) { return kiln::sign(x); }, [](double v) { return double((v > 0) - (v < 0)); }, false},
+      {"pow 3", [](const Tensor& x) { return kiln::pow(x, 3); }, [](double v) { return v * v * v; }, false},
+      {"pow 2.5", [](const Tensor& x) { return kiln::pow(x, 2.5); }, [](double v) { return std::pow(v, 2.5); }, true},
+      {"pow -0.5", [](const Tensor& x) { return x.pow(-0.5); }, [](double v) { return std::pow(v, -0.5); }, true},
+      {"clamp", [](const Tensor& x) { return kiln::clamp(x, -0.5, 1.0); },
+       [](double v) { return std::min(std::max(v, -0.5), 1.0); }, false},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("unary ops match the f64 reference for f32 and f64, contiguous or not") {
+  manual_seed(1);
+  for (const UnaryCase& c : unary_cases()) {
+    CAPTURE(c.name);
+    for (DType dt : {kFloat32, kFloat64}) {
+      CAPTURE(dtype_name(dt));
+      double rtol = dt == kFloat32 ? 1e-5 : 1e-12, atol = dt == kFloat32 ? 1e-6 : 1e-12;
+      // Large enough to be split across threads.
+      Tensor x = c.positive_domain ? positive({70001}, dt) : normal({70001}, dt);
+      Tensor y = c.op(x);
+      CHECK(y.dtype() == dt);
+      CHECK_ALLCLOSE(y, ref1(x, c.ref), rtol, atol);
+
+      Tensor xt = transposed(c.positive_domain ? positive({7, 13}, dt) : normal({7, 13}, dt));
+      REQUIRE(!xt.is_contiguous());
+      CHECK_ALLCLOSE(c.op(xt), ref1(xt, c.ref), rtol, atol);
+    }
+  }
+}
+
+TEST_CASE("unary ops on f16 and bf16 compute in float") {
+  manual_seed(2);
+  for (const UnaryCase& c : unary_cases()) {
+    CAPTURE(c.name);
+    for (DType dt : {kFloat16, kBFloat16}) {
+      CAPTURE(dtype_name(dt));
+      Tensor x = c.positive_domain ? positive({257}, dt) : normal({257}, dt);
+      Tensor y = c.op(x);
+      CHECK(y.dtype() == dt);
+      CHECK_ALLCLOSE(y, ref1(x, c.ref), 1e-2, 1e-2);
+    }
+  }
+}
+
+TEST_CASE("float unary ops on integer tensors promote to f32; integer-preserving ops keep the dtype") {
+  Tensor i = tensor(std::vector<int64_t>{-3, 0, 2, 5});
+  Tensor e = kiln::exp(i);
+  CHECK(e.dtype() == kFloat32);
+  CHECK_ALLCLOSE(e, ref1(i, [](double v) { return std::exp(v); }));
+  CHECK(kiln::sqrt(tensor(std::vector<int32_t>{4, 9})).to_vector<float>() == std::vector<float>{2, 3});
+  CHECK(kiln::abs(i).dtype() == kInt64);
+  CHECK(kiln::abs(i).to_vector<int64_t>() == std::vector<int64_t>{3, 0, 2, 5});
+  CHECK((-i).to_vector<int64_t>() == std::vector<int64_t>{3, 0, -2, -5});
+  CHECK(kiln::relu(i).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 2, 5});
+  CHECK(kiln::sign(i).to_vector<int64_t>() == std::vector<int64_t>{-1, 0, 1, 1});
+  CHECK(kiln::square(i).to_vector<int64_t>() == std::vector<int64_t>{9, 0, 4, 25});
+  CHECK(kiln::pow(i, 3).dtype() == kInt64);
+  CHECK(kiln::pow(i, 3).to_vector<int64_t>() == std::vector<int64_t>{-27, 0, 8, 125});
+  CHECK(kiln::pow(i, 0.5).dtype() == kFloat32);
+  CHECK(kiln::clamp(i, 0, 3).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 2, 3});
+  CHECK(kiln::clamp(i, std::nullopt, 1).to_vector<int64_t>() == std::vector<int64_t>{-3, 0, 1, 1});
+  CHECK(kiln::clamp(i, 0.5, std::nullopt).dtype() == kFloat32);
+  CHECK_THROWS_WITH(kiln::pow(i, -1), doctest::Contains("negative integer powers"));
+  CHECK_THROWS_WITH(kiln::clamp(i, std::nullopt, std::nullopt), doctest::Contains("clamp"));
+}
+
+TEST_CASE("relu and clamp pass NaN through") {
+  Tensor x = tensor({NAN, -1.0, 2.0});
+  auto r = kiln::relu(x).to_vector<float>();
+  CHECK(std::isnan(r[0]));
+  CHECK(r[1] == 0);
+  auto c = kiln::clamp(x, 0, 1).to_vector<float>();
+  CHECK(std::isnan(c[0]));
+  CHECK(c[2] == 1);
+}
+
+namespace {
+
+struct BinaryCase {
+  std::string name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> ref;
+  bool positive_base;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double x, double y) { return x + y; }, false},
+      {"add alpha", [](const Tensor& a, const Tensor& b) { return kiln::add(a, b, 0.5); },
+       [](double x, double y) { return x + 0.5 * y; }, false},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double x, double y) { return x - y; }, false},
+      {"sub alpha", [](const Tensor& a, const Tensor& b) { return kiln::sub(a, b, 3); },
+       [](double x, double y) { return x - 3 * y; }, false},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double x, double y) { return x * y; }, false},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double x, double y) { return x / y; }, false},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return kiln::maximum(a, b); },
+       [](double x, double y) { return std::max(x, y); }, false},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return kiln::minimum(a, b); },
+       [](double x, double y) { return std::min(x, y); }, false},
+      {"pow", [](const Tensor& a, const Tensor& b) { return kiln::pow(a, b); },
+       [](double x, double y) { return std::pow(x, y); }, true},
+      {"relu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::relu_backward, g, x); },
+       [](double g, double x) { return x > 0 ? g : 0.0; }, false},
+      {"gelu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::gelu_backward, g, x); },
+       [](double g, double x) {
+         return g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI));
+       },
+       false},
+      {"silu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::silu_backward, g, x); },
+       [](double g, double x) {
+         double s = sigmoid_ref(x);
+         return g * s * (1 + x * (1 - s));
+       },
+       false},
+      {"sigmoid_backward",
+       [](const Tensor& g, const Tensor& y) { return binary(BinaryKind::sigmoid_backward, g, y); },
+       [](double g, double y) { return g * y * (1 - y); }, false},
+      {"tanh_backward", [](const Tensor& g, const Tensor& y) { return binary(BinaryKind::tanh_backward, g, y); },
+       [](double g, double y) { return g * (1 - y * y); }, false},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("binary ops match the f64 reference: same shape, broadcast, non-contiguous") {
+  manual_seed(3);
+  for (const BinaryCase& c : binary_cases()) {
+    CAPTURE(c.name);
+    for (DType dt : {kFloat32, kFloat64}) {
+      CAPTURE(dtype_name(dt));
+      double rtol = dt == kFloat32 ? 1e-5 : 1e-12, atol = dt == kFloat32 ? 1e-6 : 1e-12;
+      auto lhs = [&](const Shape& s) { return c.positive_base ? positive(s, dt) : normal(s, dt); };
+      // Same shape, large enough for several threads.
+      Tensor a = lhs({50003}), b = normal({50003}, dt);
+      Tensor y = c.op(a, b);
+      CHECK(y.dtype() == dt);
+      CHECK_ALLCLOSE(y, ref2(a, b, c.ref), rtol, atol);
+      // Broadcasting both ways: [3, 1, 5] with [4, 1] -> [3, 4, 5].
+      Tensor p = lhs({3, 1, 5}), q = normal({4, 1}, dt);
+      Tensor r = c.op(p, q);
+      CHECK(r.sizes() == Shape{3, 4, 5});
+      CHECK_ALLCLOSE(r, ref2(p, q, c.ref), rtol, atol);
+      // A 0-dim operand on either side.
+      Tensor s = normal({}, dt), sl = lhs({});
+      CHECK_ALLCLOSE(c.op(p, s), ref2(p, s, c.ref), rtol, atol);
+      CHECK_ALLCLOSE(c.op(sl, q), ref2(sl, q, c.ref), rtol, atol);
+      // Non-contiguous operands.
+      Tensor at = transposed(lhs({9, 11})), bt = transposed(normal({9, 11}, dt));
+      CHECK_ALLCLOSE(c.op(at, bt), ref2(at, bt, c.ref), rtol, atol);
+      Tensor bc = normal({11, 9}, dt);
+      CHECK_ALLCLOSE(c.op(at, bc), ref2(at, bc, c.ref), rtol, atol);
+    }
+  }
+}
+
+TEST_CASE("binary ops on f16 and bf16 compute in float") {
+  manual_seed(4);
+  for (const BinaryCase& c : binary_cases()) {
+    CAPTURE(c.name);
+    for (DType dt : {kFloat16, kBFloat16}) {
+      CAPTURE(dtype_name(dt));
+      Tensor a = c.positive_base ? positive({4, 33}, dt) : normal({4, 33}, dt), b = normal({33}, dt);
+      Tensor y = c.op(a, b);
+      CHECK(y.dtype() == dt);
+      CHECK_ALLCLOSE(y, ref2(a, b, c.ref), 1e-2, 2e-2);
+    }
+  }
+}
+
+TEST_CASE("integer arithmetic stays integral and division is true division") {
+  Tensor a = tensor(std::vector<int64_t>{7, -8, 9, 2}), b = tensor(std::vector<int64_t>{2, 3, -4, 5});
+  CHECK((a + b).to_vector<int64_t>() == std::vector<int64_t>{9, -5, 5, 7});
+  CHECK((a - b).to_vector<int64_t>() == std::vector<int64_t>{5, -11, 13, -3});
+  CHECK((a * b).to_vector<int64_t>() == std::vector<int64_t>{14, -24, -36, 10});
+  CHECK(kiln::maximum(a, b).to_vector<int64_t>() == std::vector<int64_t>{7, 3, 9, 5});
+  CHECK(kiln::minimum(a, b).to_vector<int64_t>() == std::vector<int64_t>{2, -8, -4, 2});
+  CHECK(kiln::pow(a, tensor(std::vector<int64_t>{2, 3, 0, 1})).to_vector<int64_t>() ==
+        std::vector<int64_t>{49, -512, 1, 2});
+  CHECK(kiln::add(a, b, 2).to_vector<int64_t>() == std::vector<int64_t>{11, -2, 1, 12});
+  Tensor q = a / b;
+  CHECK(q.dtype() == kFloat32);
+  CHECK(q.to_vector<float>() == std::vector<float>{3.5f, -8.0f / 3.0f, -2.25f, 0.4f});
+  CHECK((a + 1).dtype() == kInt64);
+  CHECK((a * 0.5).dtype() == kFloat32);
+  CHECK((a * 0.5).to_vector<float>() == std::vector<float>{3.5f, -4, 4.5f, 1});
+  CHECK(((a / 2) * 2).to_vector<float>() == std::vector<float>{7, -8, 9, 2});
+  CHECK_THROWS_WITH(kiln::add(a, b, 0.5), doctest::Contains("alpha"));
+}
+
+TEST_CASE("scalar operands on either side") {
+  manual_seed(5);
+  Tensor x = positive({10});
+  CHECK_ALLCLOSE(x + 2.5, ref1(x, [](double v) { return v + 2.5; }));
+  CHECK_ALLCLOSE(2.5 - x, ref1(x, [](double v) { return 2.5 - v; }));
+  CHECK_ALLCLOSE(x * 3, ref1(x, [](double v) { return v * 3; }));
+  CHECK_ALLCLOSE(1 / x, ref1(x, [](double v) { return 1 / v; }));
+  CHECK_ALLCLOSE(x / 4, ref1(x, [](double v) { return v / 4; }));
+  CHECK_ALLCLOSE(x - 1, ref1(x, [](double v) { return v - 1; }));
+  CHECK_ALLCLOSE(2 * x, ref1(x, [](double v) { return 2 * v; }));
+  CHECK_ALLCLOSE(kiln::pow(2.0, x), ref1(x, [](double v) { return std::pow(2.0, v); }));
+  CHECK_ALLCLOSE(-x, ref1(x, [](double v) { return -v; }));
+}
+
+TEST_CASE("bool arithmetic follows PyTorch: + is or, * is and, - is refused") {
+  Tensor a = tensor(std::vector<bool>{true, true, false, false});
+  Tensor b = tensor(std::vector<bool>{true, false, true, false});
+  CHECK((a + b).dtype() == kBool);
+  CHECK((a + b).to_vector<bool>() == std::vector<bool>{true, true, true, false});
+  CHECK((a * b).to_vector<bool>() == std::vector<bool>{true, false, false, false});
+  CHECK_THROWS_WITH(a - b, doctest::Contains("sub"));
+  CHECK((a + 1).dtype() == kInt64);
+  CHECK((a + 1).to_vector<int64_t>() == std::vector<int64_t>{2, 2, 1, 1});
+}
+
+TEST_CASE("comparisons give bool, promoting operands first") {
+  manual_seed(6);
+  Tensor a = normal({5, 7}), b = normal({7});
+  struct C {
+    std::function<Tensor(const Tensor&, const Tensor&)> op;
+    std::function<bool(double, double)> ref;
+  };
+  std::vector<C> cases = {
+      {[](const Tensor& x, const Tensor& y) { return x == y; }, [](double x, double y) { return x == y; }},
+      {[](const Tensor& x, const Tensor& y) { return x != y; }, [](double x, double y) { return x != y; }},
+      {[](const Tensor& x, const Tensor& y) { return x < y; }, [](double x, double y) { return x < y; }},
+      {[](const Tensor& x, const Tensor& y) { return x <= y; }, [](double x, double y) { return x <= y; }},
+      {[](const Tensor& x, const Tensor& y) { return x > y; }, [](double x, double y) { return x > y; }},
+      {[](const Tensor& x, const Tensor& y) { return x >= y; }, [](double x, double y) { return x >= y; }},
+  };
+  // Make some elements equal so eq/le/ge see ties.
+  Tensor row0 = make_view(a, {7}, {1}, 0);
+  Tensor bb = kiln::where(row0 > 0, row0, b);
+  for (const C& c : cases) {
+    Tensor r = c.op(a, bb);
+    CHECK(r.dtype() == kBool);
+    CHECK(r.sizes() == Shape{5, 7});
+    CHECK_ALLCLOSE(r.to(kFloat64), ref2(a, bb, [&](double x, double y) { return double(c.ref(x, y)); }));
+  }
+  Tensor i = tensor(std::vector<int64_t>{1, 2, 3});
+  CHECK((i < 2.5).to_vector<bool>() == std::vector<bool>{true, true, false});
+  CHECK((i == 2).to_vector<bool>() == std::vector<bool>{false, true, false});
+  CHECK(kiln::ge(i, tensor({1.5, 2.0, 3.5})).to_vector<bool>() == std::vector<bool>{false, true, false});
+}
+
+TEST_CASE("where selects per element with broadcasting and promotion") {
+  manual_seed(7);
+  Tensor a = normal({4, 6}), b = normal({6}, kFloat64);
+  Tensor cond = a > 0;
+  Tensor w = kiln::where(cond, a, b);
+  CHECK(w.dtype() == kFloat64);
+  auto cv = cond.to_vector<bool>();
+  auto av = a.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  for (size_t k = 0; k < cv.size(); ++k) CHECK(wv[k] == (cv[k] ? av[k] : bv[k % 6]));
+  Tensor ws = kiln::where(cond, a, 0.0);
+  CHECK(ws.dtype() == kFloat32);
+  CHECK_ALLCLOSE(ws, kiln::relu(a));
+  Tensor ws2 = kiln::where(cond, 1, a);
+  CHECK(ws2.dtype() == kFloat32);
+  CHECK(kiln::where(tensor(std::vector<bool>{true, false}), 1, tensor(std::vector<int32_t>{5, 6}))
+            .to_vector<int32_t>() == std::vector<int32_t>{1, 6});
+  // Non-contiguous condition and operands.
+  Tensor at = transposed(normal({6, 4}));
+  Tensor wt = kiln::where(at > 0, at, -at);
+  CHECK_ALLCLOSE(wt, kiln::abs(at));
+  CHECK_THROWS_WITH(kiln::where(a, a, b), doctest::Contains("bool"));
+}
+
+TEST_CASE("masked_fill keeps the tensor's dtype and broadcasts the mask") {
+  Tensor x = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor mask = tensor(std::vector<bool>{true, false, true});
+  Tensor y = kiln::masked_fill(x, mask, -1);
+  CHECK(y.dtype() == kInt64);
+  CHECK(y.to_vector<int64_t>() == std::vector<int64_t>{-1, 2, -1, -1, 5, -1});
+  Tensor f = ones({2, 3}).masked_fill(mask, -INFINITY);
+  CHECK(f.to_vector<float>() == std::vector<float>{-INFINITY, 1, -INFINITY, -INFINITY, 1, -INFINITY});
+  CHECK(x.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+  CHECK_THROWS_WITH(kiln::masked_fill(x, x, 0), doctest::Contains("masked_fill"));
+}
+
+TEST_CASE("in-place arithmetic writes into self and bumps the version") {
+  manual_seed(8);
+  Tensor x = normal({3, 4});
+  Tensor orig = x.clone();
+  Tensor b = normal({4});
+  void* data = x.data_ptr();
+  uint32_t v0 = x.version();
+  x.add_(b);
+  CHECK(x.data_ptr() == data);
+  CHECK(x.version() > v0);
+  CHECK_ALLCLOSE(x, ref2(orig, b, [](double p, double q) { return p + q; }));
+
+  Tensor y = orig.clone();
+  uint32_t v1 = y.version();
+  y.mul_(2.0);
+  CHECK(y.version() > v1);
+  CHECK_ALLCLOSE(y, ref1(orig, [](double v) { return 2 * v; }));
+  y.sub_(orig, 0.5);
+  CHECK_ALLCLOSE(y, ref1(orig, [](double v) { return 1.5 * v; }));
+  y.div_(orig);
+  CHECK_ALLCLOSE(y, full({3, 4}, 1.5));
+  y += 0.5;
+  y *= orig;
+  CHECK_ALLCLOSE(y, ref1(orig, [](double v) { return 2 * v; }));
+  y /= 2;
+  y -= orig;
+  CHECK_ALLCLOSE(y, zeros({3, 4}));
+  y.add_(orig, -2);
+  CHECK_ALLCLOSE(y, ref1(orig, [](double v) { return -2 * v; }));
+
+  // Writing through a non-contiguous view changes the base.
+  Tensor base = zeros({2, 3});
+  Tensor view = make_view(base, {3, 2}, {1, 3}, 0);
+  view.add_(tensor({1.0, 2.0}));
+  CHECK(base.to_vector<float>() == std::vector<float>{1, 1, 1, 2, 2, 2});
+
+  // x += x reads each element before writing it.
+  Tensor z = tensor({1.0, 2.0});
+  z.add_(z);
+  CHECK(z.to_vector<float>() == std::vector<float>{2, 4});
+
+  // Integer tensors take integer and promote-compatible operands.
+  Tensor i = tensor(std::vector<int64_t>{1, 2});
+  i.mul_(3);
+  i.add_(tensor(std::vector<int32_t>{1, 1}));
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{4, 7});
+  // f16 self with an f32 operand computes and stays f16.
+  Tensor h = ones({3}, kFloat16);
+  h.add_(tensor({0.5, 1.0, 2.0}));
+  CHECK(h.dtype() == kFloat16);
+  CHECK(h.to_vector<float>() == std::vector<float>{1.5f, 2, 3});
+}
+
+TEST_CASE("in-place errors: bad casts, shapes that do not fit, leaves requiring grad") {
+  Tensor i = tensor(std::vector<int64_t>{1, 2});
+  CHECK_THROWS_WITH(i.mul_(2.5), doctest::Contains("can't be cast"));
+  CHECK_THROWS_WITH(i.div_(2), doctest::Contains("div_"));
+  CHECK_THROWS_WITH(i.add_(tensor({1.0, 2.0})), doctest::Contains("can't be cast"));
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+
+  Tensor x = zeros({3});
+  CHECK_THROWS_WITH(x.add_(zeros({2, 3})), doctest::Contains("add_"));
+  CHECK_THROWS_WITH(x.add_(zeros({2})), doctest::Contains("[2]"));
+
+  Tensor leaf = ones({3});
+  leaf.set_requires_grad(true);
+  CHECK_THROWS_WITH(leaf.add_(ones({3})), doctest::Contains("leaf"));
+  CHECK_THROWS_WITH(leaf.mul_(2), doctest::Contains("mul_"));
+  {
+    NoGradGuard g;
+    leaf.mul_(2);  // allowed outside grad mode, as in an optimizer step
+  }
+  CHECK(leaf.to_vector<float>() == std::vector<float>{2, 2, 2});
+}
+
+/// The message of the kiln::Error `f` throws ("" if none).
+template <class F> std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("shape and device errors name the op and both operands") {
+  Tensor a = zeros({2, 3}), b = zeros({4});
+  for (auto [name, msg] : {std::pair<std::string, std::string>{"add", error_of([&] { return a + b; })},
+                           {"mul", error_of([&] { return a * b; })},
+                           {"div", error_of([&] { return a / b; })},
+                           {"maximum", error_of([&] { return kiln::maximum(a, b); })}}) {
+    CAPTURE(msg);
+    CHECK(msg.find(name) != std::string::npos);
+    CHECK(msg.find("[2, 3]") != std::string::npos);
+    CHECK(msg.find("[4]") != std::string::npos);
+  }
+  CHECK_THROWS_WITH(kiln::where(a > 0, a, b), doctest::Contains("where"));
+  CHECK_THROWS_WITH(a < b, doctest::Contains("lt"));
+  CHECK_THROWS_WITH(binary(BinaryKind::relu_backward, tensor(std::vector<int64_t>{1}), tensor(std::vector<int64_t>{1})),
+                    doctest::Contains("relu_backward"));
+}
