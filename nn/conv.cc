@@ -1,0 +1,34 @@
+#include "nn/conv.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+
+namespace kiln::nn {
+
+Conv2d::Conv2d(int64_t in, int64_t out, const IntList& kernel, Conv2dOptions opts)
+    : Module("Conv2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
+  KILN_CHECK(in > 0 && out > 0, "Conv2d: channel counts must be positive, got {} and {}", in, out);
+  KILN_CHECK(options.groups > 0 && in % options.groups == 0 && out % options.groups == 0,
+             "Conv2d: groups={} must divide in_channels={} and out_channels={}", options.groups, in, out);
+  KILN_CHECK(kernel.size() == 1 || kernel.size() == 2, "Conv2d: kernel_size must have 1 or 2 values, got {}", kernel);
+  const int64_t kh = kernel[0], kw = kernel.size() == 2 ? kernel[1] : kernel[0];
+  weight = register_parameter("weight", empty({out, in / options.groups, kh, kw}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (options.bias) {
+    bias = register_parameter("bias", empty({out}));
+    double bound = 1.0 / std::sqrt(static_cast<double>(init::fans(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  return fmt::format("{}, {}, kernel_size=({}, {}), stride={}, padding={}", in_channels, out_channels, weight.size(2),
+                     weight.size(3), options.stride, options.padding);
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,63 @@
+// Conv2d and the 2-D pooling layers over NCHW tensors.
+#pragma once
+
+#include "core/conv.h"
+#include "nn/module.h"
+
+namespace kiln::nn {
+
+struct Conv2dOptions {
+  IntList stride{1, 1};
+  IntList padding{0, 0};
+  IntList dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// PyTorch's default init: kaiming_uniform(a=sqrt(5)) weights, U(+-1/sqrt(fan_in)) bias.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, Conv2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;
+  const int64_t in_channels, out_channels;
+  const Conv2dOptions options;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false)
+      : Module("MaxPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)),
+        ceil_mode_(ceil_mode) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, ceil_mode_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_); }
+
+ private:
+  IntList kernel_, stride_, padding_;
+  bool ceil_mode_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0})
+      : Module("AvgPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel_, stride_, padding_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_); }
+
+ private:
+  IntList kernel_, stride_, padding_;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(IntList output_size) : Module("AdaptiveAvgPool2d"), size_(std::move(output_size)) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, size_); }
+  std::string extra_repr() const override { return fmt::format("output_size={}", size_); }
+
+ private:
+  IntList size_;
+};
+
+}  // namespace kiln::nn

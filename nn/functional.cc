@@ -1,0 +1,162 @@
+#include "nn/functional.h"
+
+#include "core/grad_mode.h"
+#include "core/kernels.h"
+
+namespace kiln::nn::functional {
+namespace {
+
+Tensor reduce(const Tensor& loss, Reduction r) {
+  switch (r) {
+    case Reduction::none: return loss;
+    case Reduction::sum: return loss.sum();
+    case Reduction::mean: return loss.mean();
+  }
+  return loss;
+}
+
+void check_target(const char* op, const Tensor& input, const Tensor& target) {
+  KILN_CHECK(input.sizes() == target.sizes(), "{}: input shape {} and target shape {} differ", op, input.sizes(),
+             target.sizes());
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got shape {}", weight.sizes());
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+             "linear: input shape {} does not end in in_features={} (weight shape {})", x.sizes(), weight.size(1),
+             weight.sizes());
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  KILN_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got {}", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  Tensor mask = make_tensor(x.sizes(), x.dtype(), x.device());
+  kernels::bernoulli[x.device()](mask, gen ? *gen : default_generator(), 1.0 - p);
+  return x * mask * (1.0 / (1.0 - p));
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape {} does not fit input shape {}",
+             normalized_shape, x.sizes());
+  for (int64_t i = 0; i < k; ++i)
+    KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[i],
+               "layer_norm: input shape {} does not end in normalized_shape {}", x.sizes(), normalized_shape);
+  IntList dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor mu = x.mean(dims, true);
+  Tensor centered = x - mu;
+  Tensor var = (centered * centered).mean(dims, true);
+  Tensor y = centered * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) {
+  KILN_CHECK(x.dim() >= 2, "batch_norm: input must be at least 2-D (N, C, ...), got shape {}", x.sizes());
+  const int64_t c = x.size(1);
+  Shape bshape(x.dim(), 1);
+  bshape[1] = c;
+  IntList dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  Tensor y;
+  if (training) {
+    const int64_t n = x.numel() / c;
+    KILN_CHECK(n > 1, "batch_norm: expected more than 1 value per channel when training, got input shape {}",
+               x.sizes());
+    Tensor mu = x.mean(dims, true);
+    Tensor centered = x - mu;
+    Tensor var = (centered * centered).mean(dims, true);
+    y = centered * rsqrt(var + eps);
+    if (running_mean.defined()) {
+      NoGradGuard g;
+      running_mean.mul_(1.0 - momentum).add_(mu.reshape({c}).to(running_mean.dtype()) * momentum);
+      running_var.mul_(1.0 - momentum)
+          .add_(var.reshape({c}).to(running_var.dtype()) * (momentum * n / static_cast<double>(n - 1)));
+    }
+  } else {
+    KILN_CHECK(running_mean.defined() && running_var.defined(),
+               "batch_norm: eval mode needs running statistics (track_running_stats)");
+    y = (x - running_mean.reshape(bshape)) * rsqrt(running_var.reshape(bshape) + eps);
+  }
+  if (weight.defined()) y = y * weight.reshape(bshape);
+  if (bias.defined()) y = y + bias.reshape(bshape);
+  return y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+  KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got shape {}", weight.sizes());
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(weight.size(1));
+  Tensor rows = weight.index_select(0, indices.reshape({-1})).reshape(out_shape);
+  if (!padding_idx) return rows;
+  // Multiplying by the mask keeps the padding row's gradient at zero, as PyTorch does.
+  Tensor keep = (indices != Scalar(*padding_idx)).to(weight.dtype()).unsqueeze(-1);
+  return rows * keep;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  KILN_CHECK(log_probs.dim() >= 1 && target.dtype() == kInt64,
+             "nll_loss: expected log_probs [N, C] and i64 target, got shapes {} / {} and target dtype {}",
+             log_probs.sizes(), target.sizes(), target.dtype());
+  KILN_CHECK(log_probs.dim() - 1 == target.dim() && log_probs.size(0) == target.size(0),
+             "nll_loss: log_probs shape {} does not match target shape {}", log_probs.sizes(), target.sizes());
+  Tensor valid = target != Scalar(ignore_index);
+  Tensor safe_target = where(valid, target, Scalar(int64_t{0}));
+  Tensor picked = log_probs.gather(1, safe_target.unsqueeze(1)).squeeze(1);
+  Tensor loss = where(valid, -picked, 0.0);
+  if (reduction == Reduction::mean) return loss.sum() / valid.sum().to(loss.dtype());
+  return reduce(loss, reduction);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+                     int64_t ignore_index) {
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
+             label_smoothing);
+  KILN_CHECK(logits.dim() >= 2, "cross_entropy: logits must be [N, C, ...], got shape {}", logits.sizes());
+  Tensor logp = logits.log_softmax(1);
+  if (label_smoothing == 0) return nll_loss(logp, target, reduction, ignore_index);
+  // (1 - eps) * nll + eps * mean over classes of -log p, as torch.nn.functional.cross_entropy.
+  Tensor valid = target != Scalar(ignore_index);
+  Tensor nll = nll_loss(logp, target, Reduction::none, ignore_index);
+  Tensor smooth = where(valid, -logp.mean({1}), 0.0);
+  Tensor loss = nll * (1.0 - label_smoothing) + smooth * label_smoothing;
+  if (reduction == Reduction::mean) return loss.sum() / valid.sum().to(loss.dtype());
+  return reduce(loss, reduction);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_target("mse_loss", input, target);
+  Tensor d = input - target;
+  return reduce(d * d, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_target("l1_loss", input, target);
+  return reduce(abs(input - target), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction reduction,
+                                        const Tensor& pos_weight) {
+  check_target("binary_cross_entropy_with_logits", x, y);
+  // log(1 + exp(-|x|)) + max(-x, 0) is -log sigmoid(x) without overflow.
+  Tensor log_sig_neg = log1p(exp(-abs(x))) + clamp(-x, 0.0, std::nullopt);  // -log sigmoid(x)
+  Tensor loss;
+  if (pos_weight.defined()) {
+    Tensor lw = (pos_weight - 1.0) * y + 1.0;
+    loss = (1.0 - y) * x + lw * log_sig_neg;
+  } else {
+    loss = (1.0 - y) * x + log_sig_neg;
+  }
+  return reduce(loss, reduction);
+}
+
+}  // namespace kiln::nn::functional

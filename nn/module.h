@@ -1,0 +1,92 @@
+// Module: the base of every layer. Parameters, buffers and submodules are registered by name,
+// in order; everything that needs names (state_dict, parameter groups, data-parallel buckets)
+// walks them with dotted paths ("features.0.weight").
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/ops.h"
+
+namespace kiln::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// Name -> tensor, as saved in checkpoints.
+using StateDict = std::map<std::string, Tensor>;
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The layer's computation for one input; modules with other signatures define their own.
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  /// The type ("Linear") used in error messages and printing.
+  const std::string& type_name() const { return type_name_; }
+
+  // ---- registration (names must be unique within a module and contain no '.')
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+  // ---- traversal (depth first, registration order, dotted names)
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  /// This module ("") and every descendant, with dotted paths.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  int64_t num_parameters() const;
+
+  // ---- modes and placement
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  /// Moves parameters and buffers in place (references to them stay valid). Casting to a
+  /// dtype touches floating tensors only.
+  void to(Device device);
+  void to(DType dtype);
+  void to(Device device, DType dtype);
+  /// Clears gradients (set_to_none drops them; otherwise fills them with zeros).
+  void zero_grad(bool set_to_none = true);
+
+  // ---- checkpoints
+  /// Parameters and buffers by dotted name (sharing storage with the module).
+  StateDict state_dict() const;
+  /// Copies values in; strict: refuses missing/unexpected keys. A shape mismatch always
+  /// refuses. Nothing is modified unless every check passes.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+  /// Multi-line description, as printing a PyTorch module.
+  virtual std::string repr(int indent = 0) const;
+  /// One-line extra description ("in_features=784, out_features=256").
+  virtual std::string extra_repr() const { return ""; }
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+
+ private:
+  void collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const;
+  void check_name(const std::string& name, const char* what) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace kiln::nn

@@ -1,0 +1,12 @@
+// Umbrella header for models: tensors and autograd, layers, losses, init, checkpoints.
+#pragma once
+
+#include "autograd/autograd.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "nn/norm.h"
+#include "nn/sequential.h"

@@ -1,0 +1,175 @@
+// Each layer's forward against reference values, and its gradients by gradcheck (f64).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nn/nn.h"
+
+using namespace kiln;
+using autograd::gradcheck;
+
+namespace {
+
+/// Gradcheck of a module's output w.r.t. its input and all its parameters.
+void check_module_grads(nn::Module& m, const Tensor& x) {
+  m.to(kFloat64);
+  std::vector<Tensor> inputs{x};
+  for (Tensor p : m.parameters()) inputs.push_back(p);
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return m.forward(v[0]); }, inputs);
+  CHECK_MESSAGE(r.ok, m.type_name(), ": ", r.message);
+}
+
+Tensor input(const Shape& s) { return randn(s, kFloat64).set_requires_grad(true); }
+
+bool close(const Tensor& a, const Tensor& b, double tol = 1e-6) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::fabs(x[i] - y[i]) > tol * (1 + std::fabs(y[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("Linear computes x W^T + b and has PyTorch's init bounds") {
+  manual_seed(1);
+  nn::Linear lin(3, 2);
+  for (float v : lin.weight.to_vector<float>()) CHECK(std::fabs(v) <= 1.0f / std::sqrt(3.0f) + 1e-6f);
+  lin.to(kFloat64);
+  Tensor x = randn({4, 3}, kFloat64);
+  auto w = lin.weight.to_vector<double>(), b = lin.bias.to_vector<double>(), xv = x.to_vector<double>();
+  auto y = lin.forward(x).to_vector<double>();
+  for (int i = 0; i < 4; ++i)
+    for (int o = 0; o < 2; ++o) {
+      double ref = b[o];
+      for (int k = 0; k < 3; ++k) ref += xv[i * 3 + k] * w[o * 3 + k];
+      CHECK(y[i * 2 + o] == doctest::Approx(ref).epsilon(1e-12));
+    }
+  check_module_grads(lin, input({4, 3}));
+  nn::Linear batched(3, 2);
+  check_module_grads(batched, input({2, 2, 3}));
+}
+
+TEST_CASE("Conv2d matches a direct convolution and its gradients check") {
+  manual_seed(2);
+  nn::Conv2d conv(2, 3, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}});
+  conv.to(kFloat64);
+  Tensor x = randn({1, 2, 5, 5}, kFloat64);
+  Tensor y = conv.forward(x);
+  CHECK(y.sizes() == Shape{1, 3, 3, 3});
+  auto xv = x.to_vector<double>(), wv = conv.weight.to_vector<double>(), bv = conv.bias.to_vector<double>();
+  auto yv = y.to_vector<double>();
+  for (int o = 0; o < 3; ++o)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        double ref = bv[o];
+        for (int c = 0; c < 2; ++c)
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) {
+              int r = i * 2 - 1 + a, s = j * 2 - 1 + b;
+              if (r < 0 || r >= 5 || s < 0 || s >= 5) continue;
+              ref += xv[(c * 5 + r) * 5 + s] * wv[((o * 2 + c) * 3 + a) * 3 + b];
+            }
+        CHECK(yv[(o * 3 + i) * 3 + j] == doctest::Approx(ref).epsilon(1e-12));
+      }
+  check_module_grads(conv, input({2, 2, 5, 5}));
+}
+
+TEST_CASE("pooling layers") {
+  manual_seed(3);
+  Tensor x = tensor(std::vector<double>{1, 5, 2, 0, 3, 4, 8, 7, 6, 9, 1, 2, 0, 1, 3, 4}, {1, 1, 4, 4});
+  nn::MaxPool2d mp({2, 2});
+  CHECK(mp.forward(x).to_vector<double>() == std::vector<double>{5, 8, 9, 4});
+  nn::AvgPool2d ap({2, 2});
+  CHECK(ap.forward(x).to_vector<double>() == std::vector<double>{13.0 / 4, 17.0 / 4, 16.0 / 4, 10.0 / 4});
+  nn::AdaptiveAvgPool2d gap({1, 1});
+  CHECK(gap.forward(x).item<double>() == doctest::Approx(56.0 / 16));
+  check_module_grads(mp, input({2, 2, 4, 4}));
+  check_module_grads(ap, input({2, 2, 4, 4}));
+  check_module_grads(gap, input({2, 2, 3, 3}));
+}
+
+TEST_CASE("BatchNorm normalises with batch statistics, tracks running ones, and uses them in eval") {
+  manual_seed(4);
+  nn::BatchNorm1d bn(3);
+  bn.to(kFloat64);
+  Tensor x = randn({8, 3}, kFloat64) * 2.0 + 1.0;
+  Tensor y = bn.forward(x);
+  auto mean = y.mean({0}).to_vector<double>();
+  auto var = y.var({0}, /*correction=*/0).to_vector<double>();
+  for (int c = 0; c < 3; ++c) {
+    CHECK(mean[c] == doctest::Approx(0.0).epsilon(1e-9));
+    CHECK(var[c] == doctest::Approx(1.0).epsilon(1e-3));
+  }
+  // running = 0.9 * init + 0.1 * batch statistic (unbiased variance)
+  CHECK(close(bn.running_mean, x.mean({0}) * 0.1));
+  CHECK(close(bn.running_var, x.var({0}) * 0.1 + 0.9));
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+  bn.eval();
+  Tensor e = bn.forward(x);
+  CHECK(close(e, (x - bn.running_mean) / sqrt(bn.running_var + 1e-5)));
+  bn.train();
+  check_module_grads(bn, input({6, 3}));
+  nn::BatchNorm2d bn2(2);
+  check_module_grads(bn2, input({3, 2, 2, 2}));
+  CHECK_THROWS_WITH(bn2.forward(randn({3, 5, 2, 2})), doctest::Contains("BatchNorm2d"));
+}
+
+TEST_CASE("LayerNorm normalises the last dims") {
+  manual_seed(5);
+  nn::LayerNorm ln({4});
+  ln.to(kFloat64);
+  Tensor x = randn({3, 4}, kFloat64) * 3.0;
+  Tensor y = ln.forward(x);
+  for (double m : y.mean({1}).to_vector<double>()) CHECK(m == doctest::Approx(0.0).epsilon(1e-9));
+  check_module_grads(ln, input({3, 4}));
+}
+
+TEST_CASE("Embedding looks rows up and keeps the padding row's gradient at zero") {
+  manual_seed(6);
+  nn::Embedding emb(5, 3, /*padding_idx=*/0);
+  emb.to(kFloat64);
+  Tensor idx = tensor(std::vector<int64_t>{1, 0, 4, 1}, {2, 2});
+  Tensor y = emb.forward(idx);
+  CHECK(y.sizes() == Shape{2, 2, 3});
+  CHECK(close(y[0][0], emb.weight[1]));
+  y.sum().backward();
+  auto g = emb.weight.grad().to_vector<double>();
+  CHECK(g[0] == 0.0);
+  CHECK(g[3] == 2.0);  // row 1 used twice
+  std::vector<Tensor> ins{emb.weight};
+  emb.weight.set_grad(Tensor());
+  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(idx); }, ins);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eval") {
+  manual_seed(7);
+  nn::Dropout drop(0.25);
+  Tensor x = ones({100000});
+  Tensor y = drop.forward(x);
+  auto v = y.to_vector<float>();
+  int64_t zeros_count = 0;
+  for (float e : v) {
+    if (e == 0) ++zeros_count;
+    else CHECK(e == doctest::Approx(1.0f / 0.75f));
+  }
+  CHECK(zeros_count > 24000);
+  CHECK(zeros_count < 26000);
+  drop.eval();
+  CHECK(drop.forward(x).to_vector<float>() == x.to_vector<float>());
+}
+
+TEST_CASE("activations and Flatten") {
+  manual_seed(8);
+  Tensor x = randn({2, 3, 2}, kFloat64);
+  CHECK(close(nn::ReLU().forward(x), x.relu()));
+  CHECK(close(nn::Tanh().forward(x), x.tanh()));
+  CHECK(close(nn::Sigmoid().forward(x), (-x).exp().add_(1.0).pow(-1.0)));
+  CHECK(close(nn::SiLU().forward(x), x * x.sigmoid()));
+  double g = nn::GELU().forward(tensor({1.0}, kFloat64)).item<double>();
+  CHECK(g == doctest::Approx(0.5 * (1 + std::erf(1 / std::sqrt(2.0)))));
+  CHECK(nn::Flatten().forward(x).sizes() == Shape{2, 6});
+  nn::GELU gelu;
+  check_module_grads(gelu, input({3, 2}));
+}
