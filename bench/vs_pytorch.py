@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Kiln vs PyTorch on the Fashion-MNIST MLP and CNN, side by side in one run on this machine.
+
+Runs examples/mnist (Kiln) and bench/pytorch_mnist.py (PyTorch) with the same model, data,
+batch size, optimizer and thread count, prints samples/s and test accuracy for each with the
+ratio, and ends with one JSON line. The PyTorch baseline is PyTorch 2.x from PyPI in a virtual
+environment set up on first use ($KILN_TORCH_VENV, default ~/.cache/kiln/torch-venv); if that
+cannot be installed, Debian's python3-torch is used and labelled as a fallback."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+VENV = os.environ.get("KILN_TORCH_VENV", os.path.expanduser("~/.cache/kiln/torch-venv"))
+
+
+def torch_python():
+    """(python, label): the venv's PyTorch 2.x, installed on first use, else Debian's."""
+    py = os.path.join(VENV, "bin", "python3")
+    check = [py, "-c", "import torch, numpy; print(torch.__version__)"]
+    if not os.path.exists(py) or subprocess.run(check, capture_output=True).returncode != 0:
+        print(f"vs_pytorch: setting up PyTorch from PyPI in {VENV} (first use; a few GB)", file=sys.stderr)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+            subprocess.run([py, "-m", "pip", "install", "-q", "torch", "numpy"], check=True)
+        except (subprocess.CalledProcessError, OSError) as e:
+            print(f"vs_pytorch: PyPI install failed ({e}); falling back to Debian's python3-torch", file=sys.stderr)
+            return "/usr/bin/python3", "fallback: Debian python3-torch"
+    version = subprocess.run(check, capture_output=True, text=True).stdout.strip()
+    return py, f"PyPI torch {version}"
+
+
+def last_json(cmd):
+    print("+ " + " ".join(cmd), file=sys.stderr)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"vs_pytorch: {cmd[0]} exited with {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kiln-bin", required=True)
+    p.add_argument("--pytorch-script", required=True)
+    p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--limit-train", type=int, default=0)
+    a = p.parse_args()
+
+    py, label = torch_python()
+    common = ["--epochs", str(a.epochs), "--threads", str(a.threads), "--data-dir", a.data_dir,
+              "--batch-size", "128", "--lr", "0.05", "--seed", "0"]
+    if a.limit_train:
+        common += ["--limit-train", str(a.limit_train)]
+    rows = []
+    for model in a.models.split(","):
+        kiln = last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--device", "cpu"] + common)
+        torch = last_json([py, a.pytorch_script, "--model", model] + common)
+        rows.append({"model": model, "kiln_samples_per_sec": kiln["samples_per_sec"],
+                     "pytorch_samples_per_sec": torch["samples_per_sec"],
+                     "ratio": kiln["samples_per_sec"] / torch["samples_per_sec"],
+                     "kiln_test_accuracy": kiln["test_accuracy"], "pytorch_test_accuracy": torch["test_accuracy"]})
+
+    print(f"\nKiln vs {label}, {a.threads} threads, batch 128, SGD momentum 0.9, {a.epochs} epoch(s)")
+    print(f"{'model':6} {'kiln samples/s':>15} {'torch samples/s':>16} {'ratio':>6} {'kiln acc':>9} {'torch acc':>10}")
+    for r in rows:
+        print(f"{r['model']:6} {r['kiln_samples_per_sec']:15.0f} {r['pytorch_samples_per_sec']:16.0f} "
+              f"{r['ratio']:6.2f} {r['kiln_test_accuracy']:9.4f} {r['pytorch_test_accuracy']:10.4f}")
+    print(json.dumps({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads, "epochs": a.epochs,
+                      "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+#include "examples/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "core/parallel.h"
+#include "data/dataloader.h"
+#include "data/mnist.h"
+#include "examples/models.h"
+#include "nn/checkpoint.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace kiln::examples {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
+  if (c.optimizer == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr).set_momentum(0.9));
+  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr));
+  return std::make_unique<optim::AdamW>(params, optim::AdamOptions(c.lr).set_weight_decay(0.01));
+}
+
+/// Mean loss and accuracy over a dataset, in eval mode without recording.
+std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& ds, Device device) {
+  NoGradGuard g;
+  model.eval();
+  data::DataLoader loader(ds, {.batch_size = 1000, .shuffle = false});
+  double loss_sum = 0;
+  int64_t correct = 0, n = 0;
+  for (data::Example& b : loader) {
+    Tensor x = b.data.to(device), y = b.target.to(device);
+    Tensor logits = model.forward(x);
+    loss_sum += nn::functional::cross_entropy(logits, y, nn::functional::Reduction::sum).item<double>();
+    correct += (logits.argmax(1) == y).sum().item<int64_t>();
+    n += y.size(0);
+  }
+  model.train();
+  return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& c, std::ostream& log) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  KILN_CHECK(std::filesystem::is_directory(c.data_dir), "mnist: data directory '{}' does not exist (use --data-dir)",
+             c.data_dir);
+  auto full_train = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/true, data::kFashionMnistNormalization);
+  std::shared_ptr<data::Dataset> train_set = full_train;
+  std::shared_ptr<data::Dataset> test_set =
+      std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization);
+  if (c.limit_train > 0 && c.limit_train < train_set->size())
+    train_set = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
+                                                      full_train->targets().narrow(0, 0, c.limit_train));
+
+  manual_seed(static_cast<uint64_t>(c.seed));
+  auto model = make_model(c.model);
+  model->to(c.device);
+  auto opt = make_optimizer(c, model->parameters());
+
+  nn::TrainingState state;
+  if (!c.resume.empty()) {
+    state = nn::load_checkpoint(c.resume, *model, opt.get());
+    log << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+  }
+
+  data::DataLoader loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .drop_last = false,
+                                      .num_workers = 1, .seed = static_cast<uint64_t>(c.seed)});
+  TrainResult r;
+  const auto start = Clock::now();
+  double train_seconds = 0;
+  int64_t samples = 0;
+  for (int64_t epoch = state.epoch; epoch < c.epochs; ++epoch) {
+    loader.set_epoch(epoch);
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    int64_t steps = 0, epoch_samples = 0;
+    auto window_start = Clock::now();
+    int64_t window_samples = 0;
+    for (data::Example& batch : loader) {
+      Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
+      Tensor loss = nn::functional::cross_entropy(model->forward(x), y);
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+      double l = loss.item<double>();
+      r.step_losses.push_back(l);
+      loss_sum += l;
+      ++steps;
+      ++state.step;
+      epoch_samples += y.size(0);
+      window_samples += y.size(0);
+      if (steps % c.log_every == 0) {
+        log << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch + 1, steps, loader.size(), l,
+                           window_samples / seconds_since(window_start));
+        window_start = Clock::now();
+        window_samples = 0;
+      }
+    }
+    const double epoch_seconds = seconds_since(epoch_start);
+    train_seconds += epoch_seconds;
+    samples += epoch_samples;
+    r.epoch_train_loss.push_back(loss_sum / static_cast<double>(std::max<int64_t>(steps, 1)));
+    auto [test_loss, test_acc] = evaluate(*model, test_set, c.device);
+    r.test_loss = test_loss;
+    r.test_accuracy = test_acc;
+    ++r.epochs_done;
+    log << fmt::format("epoch {} done: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} ({:.0f} samples/s)\n",
+                       epoch + 1, r.epoch_train_loss.back(), test_loss, test_acc, epoch_samples / epoch_seconds);
+    if (!c.save.empty()) {
+      state.epoch = epoch + 1;
+      state.rng = default_generator().state();
+      nn::save_checkpoint(c.save, *model, opt.get(), state);
+    }
+  }
+  r.wall_seconds = seconds_since(start);
+  r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
+  return r;
+}
+
+std::string result_json(const TrainConfig& c, const TrainResult& r) {
+  return fmt::format(
+      R"({{"model": "{}", "device": "{}", "epochs": {}, "batch_size": {}, "optimizer": "{}", "lr": {}, )"
+      R"("threads": {}, "train_loss": {:.6f}, "test_loss": {:.6f}, "test_accuracy": {:.4f}, )"
+      R"("samples_per_sec": {:.1f}, "wall_seconds": {:.2f}}})",
+      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, get_num_threads(),
+      r.epoch_train_loss.empty() ? 0.0 : r.epoch_train_loss.back(), r.test_loss, r.test_accuracy, r.samples_per_sec,
+      r.wall_seconds);
+}
+
+}  // namespace kiln::examples

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The main job's command line: bad flags and a missing data directory give a clear message and
+# a non-zero exit, never a stack trace.
+set -u
+bin="$1"
+failures=0
+
+expect() {  # expect <exit code> <text in stderr> -- args...
+  local want_code="$1" want_text="$2"
+  shift 3
+  local err code
+  err=$("$bin" "$@" 2>&1 >/dev/null)
+  code=$?
+  if [ "$code" -ne "$want_code" ] || [[ "$err" != *"$want_text"* ]]; then
+    echo "FAIL: mnist $* -> exit $code, stderr: $err (wanted exit $want_code and '$want_text')"
+    failures=$((failures + 1))
+  elif [[ "$err" == *"terminate called"* || "$err" == *"Aborted"* ]]; then
+    echo "FAIL: mnist $* crashed: $err"
+    failures=$((failures + 1))
+  else
+    echo "ok: mnist $*"
+  fi
+}
+
+expect 2 "unknown flag '--bogus'" -- --bogus 1
+expect 2 "--model must be one of mlp|cnn, got 'resnet'" -- --model resnet
+expect 2 "--epochs expects an integer, got 'three'" -- --epochs three
+expect 2 "--epochs must be in [1, 1000], got 0" -- --epochs 0
+expect 2 "--lr expects a number, got 'fast'" -- --lr fast
+expect 2 "flag '--batch-size' needs a value" -- --batch-size
+expect 2 "--device: Device: unknown device 'tpu'" -- --device tpu
+expect 2 "usage: mnist" -- --optimizer rmsprop
+expect 1 "data directory '/nonexistent/dir' does not exist" -- --data-dir /nonexistent/dir
+expect 1 "does not exist" -- --data-dir /nonexistent/dir --resume /nonexistent/ckpt
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
