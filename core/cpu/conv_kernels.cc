@@ -1,8 +1,8 @@
-// CPU conv2d forward and backward: im2col + Eigen GEMM, one image at a time, the batch split
-// into one contiguous chunk per thread (each with its own column buffers; Eigen then runs
-// single-threaded inside). A batch smaller than the thread count runs image by image and lets
+// CPU conv2d forward and backward: im2col + Eigen GEMM, one image at a time. Threads take
+// blocks of images as they come free, each with its own column buffers (Eigen then runs
+// single-threaded inside); a batch smaller than the thread count runs image by image and lets
 // Eigen thread each GEMM. 1x1 / stride 1 / no padding convolutions skip im2col. The weight
-// gradient is summed per chunk and the chunks are added in order, so results do not depend on
+// gradient is summed per block and the blocks are added in order, so results do not depend on
 // scheduling. f16/bf16 compute in f32.
 #include <Eigen/Core>
 
@@ -20,6 +20,7 @@ namespace {
 template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T> using MatMap = Eigen::Map<RowMat<T>>;
 template <class T> using ConstMatMap = Eigen::Map<const RowMat<T>>;
+template <class T> using ConstVecMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 /// Sizes of one convolution; a "column" matrix holds, for one image, row (c, ki, kj) and
 /// column (oh, ow): x[c, oh * sh - ph + ki * dh, ow * sw - pw + kj * dw] (0 outside).
@@ -142,9 +143,8 @@ void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Te
   const T* pb = bias.defined() ? bias.data_ptr<T>() : nullptr;
   T* po = out.data_ptr<T>();
   const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
-  run_batch(
-      g.N, batch_schedule(g.N, g.Cout * g.K * g.L, g.N), [&] { return std::vector<T>(col_size); },
-      [&](std::vector<T>& col_buf, int64_t, int64_t n0, int64_t n1) {
+  auto make_scratch = [&] { return std::vector<T>(col_size); };
+  auto images = [&](std::vector<T>& col_buf, int64_t, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* xn = px + n * g.C * g.H * g.W;
       const T* col = xn;
@@ -165,7 +165,8 @@ void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Te
         }
       }
     }
-  });
+  };
+  run_batch(g.N, batch_schedule(g.N, g.Cout * g.K * g.L, /*max_blocks=*/g.N), make_scratch, images);
 }
 
 template <class T>
@@ -176,47 +177,38 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
   const T* pw = w.data_ptr<T>();
   const T* pgo = grad_out.data_ptr<T>();
 
-  if (grad_bias.defined()) {
-    // Summed in double per channel: N * OH * OW terms can be many.
-    T* pgb = grad_bias.data_ptr<T>();
-    parallel_for(0, g.Cout, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(g.N * g.L, 1)),
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t co = lo; co < hi; ++co) {
-                     double s = 0;
-                     for (int64_t n = 0; n < g.N; ++n) {
-                       const T* r = pgo + (n * g.Cout + co) * g.L;
-                       T part = 0;
-                       for (int64_t l = 0; l < g.L; ++l) part += r[l];
-                       s += static_cast<double>(part);
-                     }
-                     pgb[co] = static_cast<T>(s);
-                   }
-                 });
-  }
-  const bool need_x = grad_x.defined(), need_w = grad_w.defined();
-  if (!need_x && !need_w) return;
-
+  const bool need_x = grad_x.defined(), need_w = grad_w.defined(), need_b = grad_bias.defined();
+  if (!need_x && !need_w && !need_b) return;
   T* pgx = need_x ? grad_x.data_ptr<T>() : nullptr;
   const int64_t wsize = g.Cout * g.K;
-  // The weight gradient is summed per block (a few per thread, fewer for large weights) and the
-  // blocks are added in order at the end, so the result does not depend on which thread ran
-  // which block; without it every image is a block.
+  // The weight and bias gradients are summed per block of images (a few blocks per thread,
+  // fewer for large weights) and the blocks added in order at the end, so the result does not
+  // depend on which thread ran which block. grad_x alone makes every image a block.
+  const int64_t part_bytes = (need_w ? wsize * static_cast<int64_t>(sizeof(T)) : 0) + g.Cout * 8;
   const int64_t max_blocks =
-      need_w ? std::min<int64_t>(4 * get_num_threads(), (int64_t{64} << 20) / (wsize * sizeof(T))) : g.N;
-  const BatchSchedule sched = batch_schedule(g.N, g.Cout * g.K * g.L * (need_x + need_w), max_blocks);
+      need_w || need_b ? std::min<int64_t>(4 * get_num_threads(), (int64_t{64} << 20) / part_bytes) : g.N;
+  const int64_t work = g.Cout * g.L * (1 + g.K * (need_x + need_w));
+  const BatchSchedule sched = batch_schedule(g.N, work, max_blocks);
   std::vector<T> gw_parts(need_w ? sched.blocks * wsize : 0, T(0));
+  std::vector<double> gb_parts(need_b ? sched.blocks * g.Cout : 0, 0.0);
   const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
   struct Scratch {
     std::vector<T> col, dcol;
   };
-  run_batch(
-      g.N, sched, [&] { return Scratch{std::vector<T>(need_w ? col_size : 0), std::vector<T>(need_x ? col_size : 0)}; },
-      [&](Scratch& scratch, int64_t block, int64_t n0, int64_t n1) {
+  auto make_scratch = [&] {
+    return Scratch{std::vector<T>(need_w ? col_size : 0), std::vector<T>(need_x ? col_size : 0)};
+  };
+  auto images = [&](Scratch& scratch, int64_t block, int64_t n0, int64_t n1) {
     std::vector<T>& col_buf = scratch.col;
     std::vector<T>& dcol_buf = scratch.dcol;
     T* gw = need_w ? gw_parts.data() + block * wsize : nullptr;
+    double* gb = need_b ? gb_parts.data() + block * g.Cout : nullptr;
     for (int64_t n = n0; n < n1; ++n) {
       const T* gon = pgo + n * g.Cout * g.L;
+      if (need_b) {  // while this image's grad_out is in cache for the GEMMs below
+        for (int64_t co = 0; co < g.Cout; ++co)
+          gb[co] += static_cast<double>(ConstVecMap<T>(gon + co * g.L, g.L).sum());
+      }
       if (need_w) {
         const T* xn = px + n * g.C * g.H * g.W;
         const T* col = xn;
@@ -243,13 +235,22 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
         if (!g.pointwise) col2im(g, dcol, gxn);
       }
     }
-  });
+  };
+  run_batch(g.N, sched, make_scratch, images);
   if (need_w) {
     T* pgw = grad_w.data_ptr<T>();
     std::copy(gw_parts.begin(), gw_parts.begin() + wsize, pgw);
-    for (int64_t c = 1; c < sched.blocks; ++c) {
-      const T* part = gw_parts.data() + c * wsize;
+    for (int64_t b = 1; b < sched.blocks; ++b) {
+      const T* part = gw_parts.data() + b * wsize;
       for (int64_t i = 0; i < wsize; ++i) pgw[i] += part[i];
+    }
+  }
+  if (need_b) {
+    T* pgb = grad_bias.data_ptr<T>();
+    for (int64_t co = 0; co < g.Cout; ++co) {
+      double sum = 0;
+      for (int64_t b = 0; b < sched.blocks; ++b) sum += gb_parts[b * g.Cout + co];
+      pgb[co] = static_cast<T>(sum);
     }
   }
 }

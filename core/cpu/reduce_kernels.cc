@@ -1,7 +1,8 @@
 // CPU reductions: sum/mean/max/min/prod over any set of dims, and argmax/argmin along one dim.
-// Any strides: reduced dims are ordered last and coalesced. A contiguous reduced run is folded
-// with 16 independent accumulators (vectorised); a reduction across rows whose kept dim is
-// contiguous accumulates whole rows at once; anything else is first copied into that layout.
+// Any strides: reduced dims are ordered last and coalesced. When the innermost reduced dim is
+// contiguous, each output folds its contiguous runs with independent (vectorised) accumulators;
+// when the innermost kept dim is contiguous, whole rows are accumulated at once (column sums);
+// anything else is first copied so that the reduced dims are innermost.
 // f32 sums accumulate in double, f16/bf16 in float; integer sums in i64. NaN propagates in max/min.
 #include <omp.h>
 #if defined(__F16C__)
@@ -86,22 +87,6 @@ template <class A> inline Vec<A> load_vec(const A* p) {
   return v;
 }
 
-/// max/min of n contiguous floats or doubles with four vector accumulators.
-template <ReduceKind K, class A> A fold_minmax(const A* p, int64_t n) {
-  constexpr int W = kVecWidth<A>;
-  Vec<A> acc[4];
-  for (Vec<A>& v : acc)
-    for (int l = 0; l < W; ++l) v[l] = identity<K, A>();
-  int64_t i = 0;
-  for (; i + 4 * W <= n; i += 4 * W)
-    for (int u = 0; u < 4; ++u) acc[u] = step_vec<K, A>(acc[u], load_vec(p + i + u * W));
-  A r = identity<K, A>();
-  for (int u = 0; u < 4; ++u)
-    for (int l = 0; l < W; ++l) r = step<K, A>(r, acc[u][l]);
-  for (; i < n; ++i) r = step<K, A>(r, p[i]);
-  return r;
-}
-
 /// acc[j] = step(acc[j], row[j]) for j < n.
 template <ReduceKind K, class A> inline void step_row(A* acc, const A* row, int64_t n) {
   int64_t j = 0;
@@ -115,35 +100,82 @@ template <ReduceKind K, class A> inline void step_row(A* acc, const A* row, int6
   for (; j < n; ++j) acc[j] = step<K, A>(acc[j], row[j]);
 }
 
-/// Folds n contiguous values.
-template <ReduceKind K, class T, class A> A fold_contiguous(const T* p, int64_t n) {
-  if constexpr (std::is_same_v<T, Half> || (std::is_same_v<T, BFloat16> && is_minmax<K>)) {
-    // Widen a block at a time, then fold floats.
+/// Folds any number of contiguous runs into one result: independent accumulators (16 scalar
+/// lanes, or four vectors for max/min) carried across runs so short runs cost little.
+template <ReduceKind K, class T, class A, class Enable = void> class Folder {
+ public:
+  Folder() { std::fill(lane_, lane_ + L, identity<K, A>()); }
+  void add(const T* p, int64_t n) {
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+      for (int l = 0; l < L; ++l) lane_[l] = step<K, A>(lane_[l], static_cast<A>(p[i + l]));
+    for (; i < n; ++i) tail_ = step<K, A>(tail_, static_cast<A>(p[i]));
+  }
+  A result() {
+    // Pairwise over the lanes keeps rounding balanced.
+    for (int w = L / 2; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) lane_[l] = step<K, A>(lane_[l], lane_[l + w]);
+    return step<K, A>(lane_[0], tail_);
+  }
+
+ private:
+  static constexpr int L = 16;
+  A lane_[L];
+  A tail_ = identity<K, A>();
+};
+
+/// max/min of floats or doubles: GCC does not vectorise the NaN-propagating select from scalar
+/// code, so this uses vector-extension types (compare + blend on AVX2).
+template <ReduceKind K, class A>
+class Folder<K, A, A, std::enable_if_t<is_minmax<K> && std::is_floating_point_v<A>>> {
+ public:
+  Folder() {
+    for (Vec<A>& v : acc_)
+      for (int l = 0; l < W; ++l) v[l] = identity<K, A>();
+  }
+  void add(const A* p, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W)
+      for (int u = 0; u < 4; ++u) acc_[u] = step_vec<K, A>(acc_[u], load_vec(p + i + u * W));
+    for (; i + W <= n; i += W) acc_[0] = step_vec<K, A>(acc_[0], load_vec(p + i));
+    for (; i < n; ++i) tail_ = step<K, A>(tail_, p[i]);
+  }
+  A result() const {
+    A r = tail_;
+    for (int u = 0; u < 4; ++u)
+      for (int l = 0; l < W; ++l) r = step<K, A>(r, acc_[u][l]);
+    return r;
+  }
+
+ private:
+  static constexpr int W = kVecWidth<A>;
+  Vec<A> acc_[4];
+  A tail_ = identity<K, A>();
+};
+
+/// f16 (and bf16 for max/min): widen a block at a time, then fold floats.
+template <ReduceKind K, class T, class A>
+class Folder<K, T, A, std::enable_if_t<std::is_same_v<T, Half> || (std::is_same_v<T, BFloat16> && is_minmax<K>)>> {
+ public:
+  void add(const T* p, int64_t n) {
     constexpr int64_t kChunk = 512;
     float buf[kChunk];
-    A acc = identity<K, A>();
     for (int64_t i = 0; i < n; i += kChunk) {
       const int64_t len = std::min(kChunk, n - i);
       widen(p + i, buf, len);
-      acc = step<K, A>(acc, fold_contiguous<K, float, A>(buf, len));
+      inner_.add(buf, len);
     }
-    return acc;
-  } else if constexpr (is_minmax<K> && std::is_floating_point_v<A> && std::is_same_v<T, A>) {
-    return fold_minmax<K, A>(p, n);
-  } else {
-    constexpr int L = 16;
-    A lane[L];
-    for (int l = 0; l < L; ++l) lane[l] = identity<K, A>();
-    int64_t i = 0;
-    for (; i + L <= n; i += L)
-      for (int l = 0; l < L; ++l) lane[l] = step<K, A>(lane[l], static_cast<A>(p[i + l]));
-    A acc = identity<K, A>();
-    for (; i < n; ++i) acc = step<K, A>(acc, static_cast<A>(p[i]));
-    // Pairwise over the lanes keeps rounding balanced.
-    for (int w = L / 2; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) lane[l] = step<K, A>(lane[l], lane[l + w]);
-    return step<K, A>(lane[0], acc);
   }
+  A result() { return inner_.result(); }
+
+ private:
+  Folder<K, float, A> inner_;
+};
+
+template <ReduceKind K, class T, class A> A fold_contiguous(const T* p, int64_t n) {
+  Folder<K, T, A> f;
+  f.add(p, n);
+  return f.result();
 }
 
 template <ReduceKind K, class A, class To> inline To finish(A acc, int64_t count) {
@@ -209,72 +241,98 @@ struct Layout {
   int64_t outputs = 1, count = 1;
 };
 
+/// Sorts dims by x stride, largest first (the walk order does not change any result: outputs are
+/// addressed through their own strides), then merges neighbours contiguous in every stride list.
+void sort_and_merge(Shape& sizes, Shape& sx, Shape* so) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sx[a] > sx[b]; });
+  Shape n2, x2, o2;
+  for (size_t i : order) {
+    if (!n2.empty() && x2.back() == sx[i] * sizes[i] && (!so || o2.back() == (*so)[i] * sizes[i])) {
+      n2.back() *= sizes[i];
+      x2.back() = sx[i];
+      if (so) o2.back() = (*so)[i];
+    } else {
+      n2.push_back(sizes[i]);
+      x2.push_back(sx[i]);
+      if (so) o2.push_back((*so)[i]);
+    }
+  }
+  sizes = n2;
+  sx = x2;
+  if (so) *so = o2;
+}
+
 Layout make_layout(const Tensor& out, const Tensor& x, const IntList& dims) {
   const int64_t nd = x.dim();
   std::vector<bool> reduced(nd, false);
   for (int64_t d : dims) reduced[wrap_dim(d, nd, "reduce")] = true;
   Layout L;
   for (int64_t d = 0; d < nd; ++d) {
-    const int64_t n = x.sizes()[d], sx = x.strides()[d];
+    const int64_t n = x.sizes()[d];
+    (reduced[d] ? L.count : L.outputs) *= n;
+    if (n == 1) continue;
     if (reduced[d]) {
-      L.count *= n;
-      if (n != 1) { L.red.push_back(n); L.red_x.push_back(sx); }
+      L.red.push_back(n);
+      L.red_x.push_back(x.strides()[d]);
     } else {
-      L.outputs *= n;
-      if (n == 1) continue;
-      const int64_t so = out.strides()[d];
-      if (!L.kept.empty() && L.kept_x.back() == sx * n && L.kept_out.back() == so * n) {
-        L.kept.back() *= n;
-        L.kept_x.back() = sx;
-        L.kept_out.back() = so;
-      } else {
-        L.kept.push_back(n); L.kept_x.push_back(sx); L.kept_out.push_back(so);
-      }
+      L.kept.push_back(n);
+      L.kept_x.push_back(x.strides()[d]);
+      L.kept_out.push_back(out.strides()[d]);
     }
   }
-  // Reduction order does not matter: walk the reduced dims from the largest stride down.
-  std::vector<size_t> order(L.red.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return L.red_x[a] > L.red_x[b]; });
-  Shape rs, rx;
-  for (size_t i : order) {
-    if (!rs.empty() && rx.back() == L.red_x[i] * L.red[i]) {
-      rs.back() *= L.red[i];
-      rx.back() = L.red_x[i];
-    } else {
-      rs.push_back(L.red[i]); rx.push_back(L.red_x[i]);
-    }
-  }
-  L.red = rs; L.red_x = rx;
+  sort_and_merge(L.kept, L.kept_x, &L.kept_out);
+  sort_and_merge(L.red, L.red_x, nullptr);
   return L;
 }
 
 // ---- the three strategies -----------------------------------------------------------------
 
-/// Reduced elements form one contiguous run per output.
+/// The innermost reduced dim is contiguous: each output folds one or more contiguous runs.
 template <ReduceKind K, class T, class To>
 void reduce_inner(To* out, const T* x, const Layout& L) {
   using A = acc_t<K, T>;
   const int64_t R = L.count, O = L.outputs;
-  const Shape zeros(L.kept.size(), 0);
+  const int64_t run = L.red.empty() ? 1 : L.red.back();
+  const Shape outer(L.red.begin(), L.red.end() - (L.red.empty() ? 0 : 1));
+  const Shape outer_x(L.red_x.begin(), L.red_x.end() - (L.red_x.empty() ? 0 : 1));
+  const Shape zeros(outer.size(), 0);
+  const int64_t n_runs = shape_numel(outer);
+  // Folds runs [rb, re) of the output whose first element is `base`.
+  auto fold_runs = [&](const T* base, int64_t rb, int64_t re) {
+    if (n_runs == 1) return fold_contiguous<K, T, A>(base, run);
+    Walker wr(outer, outer_x, zeros);
+    wr.seek(rb);
+    Folder<K, T, A> f;
+    for (int64_t r = rb; r < re; ++r, wr.next()) f.add(base + wr.off0(), run);
+    return f.result();
+  };
   if (O >= 2 * get_num_threads() || R < kGrainSize) {
     parallel_for(0, O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
       Walker w(L.kept, L.kept_x, L.kept_out);
       w.seek(b);
-      for (int64_t o = b; o < e; ++o, w.next())
-        out[w.off1()] = finish<K, A, To>(fold_contiguous<K, T, A>(x + w.off0(), R), R);
+      for (int64_t o = b; o < e; ++o, w.next()) out[w.off1()] = finish<K, A, To>(fold_runs(x + w.off0(), 0, n_runs), R);
     });
     return;
   }
-  // Few long rows: split each row across threads and combine the partial results.
+  // Few long outputs: split each one across threads (within its run, or over its runs) and
+  // combine the partial results.
+  std::unique_ptr<A[]> partial(new A[get_num_threads()]);  // not vector<bool>: threads write
   Walker w(L.kept, L.kept_x, L.kept_out);
   w.seek(0);
   for (int64_t o = 0; o < O; ++o, w.next()) {
-    const T* row = x + w.off0();
-    std::unique_ptr<A[]> partial(new A[get_num_threads()]);  // not vector<bool>: threads write
-    int k = run_chunks(R, kGrainSize, [&](int c, int64_t b, int64_t e) {
-      partial[c] = fold_contiguous<K, T, A>(row + b, e - b);
-    });
+    const T* base = x + w.off0();
+    int k;
+    if (n_runs == 1) {
+      k = run_chunks(run, kGrainSize, [&](int c, int64_t b, int64_t e) {
+        partial[c] = fold_contiguous<K, T, A>(base + b, e - b);
+      });
+    } else {
+      k = run_chunks(n_runs, std::max<int64_t>(1, kGrainSize / run), [&](int c, int64_t b, int64_t e) {
+        partial[c] = fold_runs(base, b, e);
+      });
+    }
     A acc = identity<K, A>();
     for (int c = 0; c < k; ++c) acc = step<K, A>(acc, partial[c]);
     out[w.off1()] = finish<K, A, To>(acc, R);
@@ -370,7 +428,7 @@ void reduce_typed(Tensor& out, const Tensor& x, const IntList& dims) {
     return;
   }
   const T* p = static_cast<const T*>(x.data_ptr());
-  if (L.red.empty() || (L.red.size() == 1 && L.red_x[0] == 1)) {
+  if (L.red.empty() || L.red_x.back() == 1) {
     reduce_inner<K, T, To>(o, p, L);
   } else if (!L.kept.empty() && L.kept_x.back() == 1) {
     reduce_rows<K, T, To>(o, p, L);
@@ -439,18 +497,24 @@ template <bool IsMax, class A> inline bool better(A v, A best) {
 template <bool IsMax, class T> void arg_scan(const T* p, int64_t stride, int64_t b, int64_t e, opmath_t<T>& best,
                                              int64_t& where) {
   using A = opmath_t<T>;
+  if (stride == 1) {
+    // The extreme value by the vectorised fold, then the first place it occurs.
+    constexpr ReduceKind K = IsMax ? ReduceKind::max : ReduceKind::min;
+    const A m = fold_contiguous<K, T, A>(p + b, e - b);
+    best = m;
+    for (int64_t i = b; i < e; ++i) {
+      const A v = static_cast<A>(p[i]);
+      if (m != m ? v != v : v == m) {
+        where = i;
+        return;
+      }
+    }
+  }
   A bv = static_cast<A>(p[b * stride]);
   int64_t bi = b;
-  if (stride == 1) {
-    for (int64_t i = b + 1; i < e; ++i) {
-      A v = static_cast<A>(p[i]);
-      if (better<IsMax>(v, bv)) { bv = v; bi = i; }
-    }
-  } else {
-    for (int64_t i = b + 1; i < e; ++i) {
-      A v = static_cast<A>(p[i * stride]);
-      if (better<IsMax>(v, bv)) { bv = v; bi = i; }
-    }
+  for (int64_t i = b + 1; i < e; ++i) {
+    A v = static_cast<A>(p[i * stride]);
+    if (better<IsMax>(v, bv)) { bv = v; bi = i; }
   }
   best = bv;
   where = bi;

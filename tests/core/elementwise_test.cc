@@ -448,3 +448,32 @@ TEST_CASE("shape and device errors name the op and both operands") {
   CHECK_THROWS_WITH(binary(BinaryKind::relu_backward, tensor(std::vector<int64_t>{1}), tensor(std::vector<int64_t>{1})),
                     doctest::Contains("relu_backward"));
 }
+
+TEST_CASE("empty and 0-dim tensors") {
+  Tensor e = zeros({0, 3});
+  CHECK((e + ones({3})).sizes() == Shape{0, 3});
+  CHECK(kiln::exp(e).sizes() == Shape{0, 3});
+  CHECK(kiln::where(e > 0, e, 1.0).sizes() == Shape{0, 3});
+  Tensor s = full({}, 2.0);
+  Tensor r = kiln::exp(s) * s;
+  CHECK(r.dim() == 0);
+  CHECK(r.item<double>() == doctest::Approx(2 * std::exp(2.0)));
+}
+
+TEST_CASE("extreme inputs saturate instead of producing NaN") {
+  Tensor x = tensor({-1000.0, -100.0, -20.0, 0.0, 20.0, 100.0, 1000.0});
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    Tensor xd = x.to(dt);
+    CHECK_ALLCLOSE(kiln::sigmoid(xd), ref1(xd, sigmoid_ref), 1e-2, 1e-6);
+    CHECK_ALLCLOSE(kiln::tanh(xd), ref1(xd, [](double v) { return std::tanh(v); }), 1e-2, 1e-6);
+    CHECK_ALLCLOSE(kiln::silu(xd), ref1(xd, [](double v) { return v * sigmoid_ref(v); }), 1e-2, 1e-6);
+    CHECK_ALLCLOSE(kiln::gelu(xd), ref1(xd, gelu_ref), 1e-2, 1e-6);
+    for (double v : binary(BinaryKind::silu_backward, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
+    for (double v : binary(BinaryKind::gelu_backward, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
+  }
+  auto l = kiln::log(tensor({0.0, 1.0})).to_vector<float>();
+  CHECK(std::isinf(l[0]));
+  CHECK(l[0] < 0);
+  CHECK(std::isinf(kiln::exp(tensor({1000.0})).item<float>()));
+}
