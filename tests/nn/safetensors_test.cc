@@ -1,0 +1,285 @@
+// safetensors: exact format, round trips of every dtype and of metadata, atomic saves, and
+// truncated or corrupted files refused with errors naming the file.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/ops.h"
+#include "nn/json.h"
+#include "nn/safetensors.h"
+
+using namespace kiln;
+using namespace kiln::nn;
+
+namespace {
+
+std::string scratch_dir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  auto dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) / ("kiln_st_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  REQUIRE(f.good());
+}
+
+std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> b;
+  b.reserve(8 + header.size() + data.size());
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i)));
+  for (char c : header) b.push_back(static_cast<uint8_t>(c));
+  for (uint8_t c : data) b.push_back(c);
+  return b;
+}
+
+template <class F> std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// Same dtype, shape and bytes.
+bool identical(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  Tensor x = a.contiguous(), y = b.contiguous();
+  const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();
+  return nbytes == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), nbytes) == 0;
+}
+
+std::map<std::string, Tensor> every_dtype() {
+  std::map<std::string, Tensor> t;
+  t["f32"] = randn({3, 4});
+  t["f64"] = randn({2, 3, 2}, kFloat64);
+  t["f16"] = randn({5}).to(kFloat16);
+  t["bf16"] = randn({2, 2}).to(kBFloat16);
+  t["i32"] = tensor<int32_t>({-7, 0, 2147483647, -2147483647 - 1});
+  t["i64"] = tensor<int64_t>({int64_t{1} << 40, -3}, {2, 1});
+  t["bool"] = tensor<bool>({true, false, true});
+  t["scalar"] = scalar_tensor(2.5, kFloat64);
+  t["empty"] = zeros({0, 3});
+  t["transposed"] = randn({3, 5}).t();  // not contiguous: saved in logical order
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("json: strict parsing and quoting") {
+  json::Value v = json::parse(R"( {"a": [1, 20, 0], "b": {"c": "x\"\\\u00e9\ud83d\ude00"}, "d": -1.5e3, "e": null} )");
+  REQUIRE(v.is_object());
+  uint64_t n = 0;
+  CHECK((v.find("a")->items[1].as_uint64(n) && n == 20));
+  CHECK(v.find("b")->find("c")->text == "x\"\\\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK_FALSE(v.find("d")->as_uint64(n));
+  for (const char* bad : {"{\"a\":1,}", "{\"a\":1 \"b\":2}", "{\"a\":1,\"a\":2}", "[01]", "{'a':1}", "{\"a\":tru}",
+                          "\"\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\\ud800\"", "{} x", "", "[1,2", "\"abc"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(error_of([&] { json::parse(bad); }).empty());
+  }
+  CHECK(!error_of([&] { json::parse(std::string(100, '[') + std::string(100, ']')); }).empty());
+  std::string tricky = "q\"b\\n\n\x01\xc3\xa9";
+  CHECK(json::parse(json::quote(tricky)).text == tricky);
+}
+
+TEST_CASE("safetensors round-trips every dtype and the metadata") {
+  std::string dir = scratch_dir("roundtrip");
+  auto tensors = every_dtype();
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "quote \" backslash \\ newline \n é"}};
+  save_safetensors(dir + "/all.safetensors", tensors, meta);
+  SafetensorsContents back = load_safetensors(dir + "/all.safetensors");
+  CHECK(back.metadata == meta);
+  REQUIRE(back.tensors.size() == tensors.size());
+  for (const auto& [name, t] : tensors) {
+    CAPTURE(name);
+    REQUIRE(back.tensors.count(name));
+    CHECK(identical(back.tensors.at(name), t));
+  }
+  // Names with JSON-special characters survive too.
+  save_safetensors(dir + "/names.safetensors", {{"a.b\"c\\d", ones({1})}, {"ünï", zeros({2})}});
+  auto names = load_safetensors(dir + "/names.safetensors");
+  CHECK(names.tensors.count("a.b\"c\\d") == 1);
+  CHECK(names.tensors.count("ünï") == 1);
+  CHECK(names.metadata.empty());
+}
+
+TEST_CASE("safetensors files follow the format byte for byte") {
+  std::string dir = scratch_dir("format");
+  std::string path = dir + "/x.safetensors";
+  save_safetensors(path, {{"b", tensor<int32_t>({1, 2})}, {"a", tensor<float>({1.0f})}}, {{"k", "v"}});
+  auto bytes = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  REQUIRE(8 + n + 12 == bytes.size());
+  CHECK((8 + n) % 8 == 0);  // data 8-byte aligned, header padded with spaces
+  std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  std::string expected =
+      R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}})";
+  CHECK(header.substr(0, expected.size()) == expected);
+  CHECK(header.find_first_not_of(' ', expected.size()) == std::string::npos);
+  // Little-endian data: 1.0f then int32 1 and 2.
+  std::vector<uint8_t> data(bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+  CHECK(data == std::vector<uint8_t>{0, 0, 0x80, 0x3f, 1, 0, 0, 0, 2, 0, 0, 0});
+  // No temporary file is left behind.
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) (void)e, ++files;
+  CHECK(files == 1);
+}
+
+TEST_CASE("safetensors reads files as other writers lay them out") {
+  std::string dir = scratch_dir("foreign");
+  // Tensors stored out of name order, metadata last, whitespace in the JSON.
+  std::string header = R"({ "w": {"dtype": "F16", "shape": [2], "data_offsets": [8, 12]},
+                            "v": {"dtype": "I64", "shape": [], "data_offsets": [0, 8]},
+                            "__metadata__": {"format": "pt"} }   )";
+  std::vector<uint8_t> data = {42, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x3c, 0x00, 0xc0};  // 42; f16 1.0, -2.0
+  write_bytes(dir + "/f.safetensors", file_bytes(header, data));
+  auto f = load_safetensors(dir + "/f.safetensors");
+  CHECK(f.tensors.at("v").dim() == 0);
+  CHECK(f.tensors.at("v").item<int64_t>() == 42);
+  CHECK(f.tensors.at("w").to_vector<float>() == std::vector<float>{1.0f, -2.0f});
+  CHECK(f.metadata.at("format") == "pt");
+}
+
+TEST_CASE("safetensors refuses malformed headers, naming the file and the problem") {
+  std::string dir = scratch_dir("malformed");
+  std::string path = dir + "/m.safetensors";
+  auto expect = [&](const std::string& header, const std::vector<uint8_t>& data, const std::string& part) {
+    CAPTURE(header);
+    write_bytes(path, file_bytes(header, data));
+    std::string msg = error_of([&] { load_safetensors(path); });
+    CHECK_MESSAGE(contains(msg, path), msg);
+    CHECK_MESSAGE(contains(msg, part), msg);
+  };
+  std::vector<uint8_t> eight(8, 0);
+  expect(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", eight, "not valid JSON");
+  expect(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", eight, "unknown dtype");
+  expect(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight, "does not support");
+  expect(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight, "span 8 bytes");
+  expect(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight, "invalid shape");
+  expect(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", eight, "past the end");
+  expect(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight, "end before they begin");
+  expect(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+         eight, "overlap");
+  expect(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight, "unused bytes");
+  expect(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight, "4 trailing bytes");
+  expect(R"({"a":{"dtype":"F32","shape":[2]}})", eight, "lacks");
+  expect(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", eight, "unknown field");
+  expect(R"({"__metadata__":{"k":1}})", {}, "expected a string");
+  expect(R"([1,2])", {}, "does not start with '{'");
+  expect(R"({"a":{"dtype":"BOOL","shape":[8],"data_offsets":[0,8]}})", {0, 1, 2, 0, 0, 0, 0, 0}, "only 0 and 1");
+
+  write_bytes(path, {1, 2, 3});
+  CHECK(contains(error_of([&] { load_safetensors(path); }), "too short"));
+  write_bytes(path, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'});
+  CHECK(contains(error_of([&] { load_safetensors(path); }), "exceeds"));
+  std::string missing = dir + "/missing.safetensors";
+  std::string msg = error_of([&] { load_safetensors(missing); });
+  CHECK(contains(msg, missing));
+  CHECK(contains(msg, "cannot open"));
+}
+
+TEST_CASE("safetensors refuses truncated files and flipped header bytes") {
+  std::string dir = scratch_dir("damage");
+  std::string good = dir + "/good.safetensors";
+  auto tensors = every_dtype();
+  save_safetensors(good, tensors, {{"step", "12"}});
+  const auto bytes = read_bytes(good);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+
+  std::string path = dir + "/bad.safetensors";
+  for (size_t keep : {size_t(0), size_t(5), size_t(8), size_t(8 + n / 2), size_t(8 + n), size_t(8 + n + 7),
+                      bytes.size() - 1}) {
+    CAPTURE(keep);
+    write_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(keep)));
+    std::string msg = error_of([&] { load_safetensors(path); });
+    CHECK_MESSAGE(contains(msg, path), msg);
+  }
+  auto longer = bytes;
+  longer.push_back(0);
+  write_bytes(path, longer);
+  CHECK(contains(error_of([&] { load_safetensors(path); }), "trailing bytes"));
+
+  // Every single-byte corruption of the length or header is refused, or (where it only renames
+  // a tensor or edits metadata text) yields the same tensor contents.
+  int refused = 0, harmless = 0;
+  for (size_t at = 0; at < 8 + n; ++at) {
+    for (uint8_t mask : {uint8_t(0x01), uint8_t(0x80), uint8_t(0x24)}) {
+      auto bad = bytes;
+      bad[at] ^= mask;
+      write_bytes(path, bad);
+      SafetensorsContents got;
+      std::string msg = error_of([&] { got = load_safetensors(path); });
+      if (!msg.empty()) {
+        CHECK_MESSAGE(contains(msg, path), msg);
+        ++refused;
+        continue;
+      }
+      ++harmless;
+      REQUIRE(got.tensors.size() == tensors.size());
+      for (const auto& [name, t] : tensors) {
+        // Renames may reorder keys; match by content against the original set.
+        bool found = false;
+        // (an empty tensor's shape can change undetectably: [0, 3] -> [0, 2] holds the same 0 bytes)
+        for (const auto& [n2, t2] : got.tensors)
+          found = found || identical(t2, t) || (t.numel() == 0 && t2.numel() == 0 && t2.dtype() == t.dtype());
+        CHECK_MESSAGE(found, "byte ", at, " mask ", int(mask), " changed tensor ", name);
+      }
+    }
+  }
+  CHECK(refused > harmless);
+  MESSAGE("header corruptions: ", refused, " refused, ", harmless, " harmless (names or metadata text)");
+}
+
+TEST_CASE("a failed save leaves the existing file untouched and no temporary behind") {
+  std::string dir = scratch_dir("atomic");
+  std::string path = dir + "/w.safetensors";
+  save_safetensors(path, {{"x", ones({4})}});
+  const auto before = read_bytes(path);
+
+  // Into a directory that does not exist.
+  std::string nowhere = dir + "/no/such/dir/w.safetensors";
+  std::string msg = error_of([&] { save_safetensors(nowhere, {{"x", ones({4})}}); });
+  CHECK(contains(msg, nowhere));
+  CHECK(contains(msg, "No such file or directory"));
+
+  // Over the existing file, with the temporary file's name taken by a directory.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::filesystem::create_directories(tmp);
+  msg = error_of([&] { save_safetensors(path, {{"x", zeros({9})}}); });
+  CHECK(contains(msg, path));
+  std::filesystem::remove(tmp);
+  CHECK(read_bytes(path) == before);
+
+  // Invalid input is refused before anything is written.
+  CHECK(contains(error_of([&] { save_safetensors(path, {{"x", Tensor()}}); }), "undefined"));
+  CHECK(contains(error_of([&] { save_safetensors(path, {{"__metadata__", ones({1})}}); }), "reserved"));
+  CHECK(contains(error_of([&] { save_safetensors(path, {{"", ones({1})}}); }), "empty name"));
+  CHECK(contains(error_of([&] { save_safetensors(path, {{"\xff", ones({1})}}); }), "UTF-8"));
+  CHECK(read_bytes(path) == before);
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) (void)e, ++files;
+  CHECK(files == 1);
+
+  // A successful save replaces the file.
+  save_safetensors(path, {{"x", zeros({9})}});
+  CHECK(load_safetensors(path).tensors.at("x").numel() == 9);
+}
