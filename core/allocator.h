@@ -1,5 +1,5 @@
 // Device memory allocators behind Storage. CPU memory is 64-byte aligned so vector loads and
-// cache lines line up; `cuda/` registers its caching allocator for DeviceType::CUDA.
+// cache lines line up, and large freed blocks are cached for reuse; `cuda/` registers its caching allocator for DeviceType::CUDA.
 #pragma once
 
 #include <cstddef>
@@ -21,5 +21,10 @@ class Allocator {
 /// (e.g. a CUDA tensor in a build without the CUDA backend).
 Allocator& allocator_for(DeviceType type);
 void register_allocator(DeviceType type, Allocator* allocator);
+
+/// Frees the CPU allocator's cached blocks (it keeps freed blocks of 64 KiB and more for reuse).
+void empty_cpu_cache();
+/// Bytes the CPU allocator holds in its cache.
+size_t cpu_cached_bytes();
 
 }  // namespace kiln

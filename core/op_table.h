@@ -18,6 +18,8 @@ namespace kiln::op {
   _(reduce, Tensor(ReduceKind, const Tensor&, const IntList& dims, bool keepdim))            \
   _(softmax, Tensor(const Tensor&, int64_t dim, bool log))                                   \
   _(bmm, Tensor(const Tensor&, const Tensor&))                                               \
+  /* y = x @ w^T + bias: x [*, in], w [out, in], bias [out] or undefined */                  \
+  _(linear, Tensor(const Tensor& x, const Tensor& w, const Tensor& bias))                    \
   _(view, Tensor(const Tensor&, const Shape&))                                               \
   _(permute, Tensor(const Tensor&, const IntList&))                                          \
   _(slice, Tensor(const Tensor&, int64_t dim, int64_t start, int64_t end, int64_t step))     \

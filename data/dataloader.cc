@@ -115,8 +115,8 @@ class EpochRun {
 
   void worker_loop(int w) {
     // Workers already run in parallel with each other and the training loop: one thread each
-    // keeps them from oversubscribing the cores with OpenMP teams.
-    set_num_threads(1);
+    // keeps them from oversubscribing the cores.
+    set_thread_local_num_threads(1);
     Queue& q = queues_[static_cast<size_t>(w)];
     for (int64_t b = w; b < num_batches(); b += num_workers_) {
       {

@@ -32,12 +32,13 @@ constexpr const char* kUsage = R"(usage: mnist [flags]
   --resume PATH              continue the run saved in PATH
   --limit-train N            use only the first N training images (quick runs)
   --log-every N              steps between progress lines (default 100)
+  --workers N                data loader worker threads (default 0: batches gathered inline)
 )";
 
 examples::TrainConfig parse(int argc, char** argv) {
   Flags f(argc, argv,
           {"model", "epochs", "batch-size", "lr", "optimizer", "seed", "threads", "device", "data-dir", "save",
-           "resume", "limit-train", "log-every"});
+           "resume", "limit-train", "log-every", "workers"});
   examples::TrainConfig c;
   c.model = f.get_choice("model", "mlp", {"mlp", "cnn"});
   c.epochs = f.get_int("epochs", 3, 1, 1000);
@@ -59,6 +60,7 @@ examples::TrainConfig parse(int argc, char** argv) {
   c.resume = f.get("resume", "");
   c.limit_train = f.get_int("limit-train", 0, 0, INT64_MAX);
   c.log_every = f.get_int("log-every", 100, 1, INT64_MAX);
+  c.workers = static_cast<int>(f.get_int("workers", 0, 0, 64));
   return c;
 }
 

@@ -68,7 +68,7 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
   }
 
   data::DataLoader loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .drop_last = false,
-                                      .num_workers = 1, .seed = static_cast<uint64_t>(c.seed)});
+                                      .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)});
   TrainResult r;
   const auto start = Clock::now();
   double train_seconds = 0;

@@ -23,6 +23,10 @@ struct TrainConfig {
   std::string save, resume;
   int64_t limit_train = 0;  // 0: the whole training set
   int64_t log_every = 100;
+  /// DataLoader worker threads. 0 (the default) gathers each batch in the training thread: the
+  /// data set is in memory and a batch is one index_select, while a worker thread would compete
+  /// with the compute threads for the cores.
+  int workers = 0;
 };
 
 struct TrainResult {

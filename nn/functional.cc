@@ -2,6 +2,7 @@
 
 #include "core/grad_mode.h"
 #include "core/kernels.h"
+#include "core/op_table.h"
 
 namespace kiln::nn::functional {
 namespace {
@@ -22,14 +23,7 @@ void check_target(const char* op, const Tensor& input, const Tensor& target) {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got shape {}", weight.sizes());
-  KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
-             "linear: input shape {} does not end in in_features={} (weight shape {})", x.sizes(), weight.size(1),
-             weight.sizes());
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
-}
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return op::linear(x, weight, bias); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   KILN_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got {}", p);

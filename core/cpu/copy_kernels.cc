@@ -21,17 +21,28 @@ void fill_kernel(Tensor& out, const Scalar& value) {
   });
 }
 
+template <class Bits>
+void copy_bits(Tensor& out, const Tensor& src) {
+  StridedIter<2>({&out, &src}).run([&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Bits) && s[1] == sizeof(Bits)) {
+      std::memcpy(p[0], p[1], n * sizeof(Bits));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<Bits*>(p[0] + i * s[0]) = *reinterpret_cast<const Bits*>(p[1] + i * s[1]);
+    }
+  });
+}
+
 void copy_kernel(Tensor& out, const Tensor& src) {
   if (out.dtype() == src.dtype()) {
-    const size_t es = out.element_size();
-    StridedIter<2>({&out, &src}).run([&](char** p, const int64_t* s, int64_t n) {
-      if (s[0] == static_cast<int64_t>(es) && s[1] == static_cast<int64_t>(es)) {
-        std::memcpy(p[0], p[1], n * es);
-      } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
-      }
-    });
-    return;
+    // Same dtype: move bits as integers of the element's width (a typed loop, not a memcpy
+    // call per element, for strided layouts such as a transpose).
+    switch (out.element_size()) {
+      case 1: copy_bits<uint8_t>(out, src); return;
+      case 2: copy_bits<uint16_t>(out, src); return;
+      case 4: copy_bits<uint32_t>(out, src); return;
+      case 8: copy_bits<uint64_t>(out, src); return;
+    }
   }
   KILN_DISPATCH_ALL(out.dtype(), "copy", [&]<class To>() {
     KILN_DISPATCH_ALL(src.dtype(), "copy", [&]<class Ti>() {

@@ -1,11 +1,11 @@
 // CPU batched matrix multiply: out[b] = a[b] @ b[b] through Eigen's GEMM. Each 2-D slice is
 // mapped in place as row-major or column-major (a transposed view is column-major) with its
 // leading dimension, so transposes and batch broadcasts (stride 0) cost no copy; an operand is
-// copied only when neither of its inner strides is 1. Large products use Eigen's own OpenMP
-// GEMM, many small ones run in parallel over the batch. f16/bf16 compute in f32; integers use a
-// plain loop.
+// copied only when neither of its inner strides is 1. A large product is split into one output
+// slab per thread of Kiln's pool, each a serial Eigen GEMM; many small ones run in parallel over
+// the batch.
+// f16/bf16 compute in f32; integers use a plain loop.
 #include <Eigen/Core>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -29,8 +29,10 @@ struct MatLayout {
 
 MatLayout layout_of(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
   // A size-1 dim's stride is irrelevant; Eigen wants ld >= the inner size.
-  if ((s1 == 1 || cols == 1) && (rows == 1 || s0 >= cols)) return {true, true, rows == 1 ? std::max<int64_t>(cols, 1) : s0};
-  if ((s0 == 1 || rows == 1) && (cols == 1 || s1 >= rows)) return {true, false, cols == 1 ? std::max<int64_t>(rows, 1) : s1};
+  if ((s1 == 1 || cols == 1) && (rows == 1 || s0 >= cols))
+    return {true, true, rows == 1 ? std::max<int64_t>(cols, 1) : s0};
+  if ((s0 == 1 || rows == 1) && (cols == 1 || s1 >= rows))
+    return {true, false, cols == 1 ? std::max<int64_t>(rows, 1) : s1};
   return {};
 }
 
@@ -55,18 +57,6 @@ void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb,
   else with_a(Eigen::Map<const ColMat<T>, 0, Stride>(a, M, K, Stride(la.ld)));
 }
 
-/// Eigen sizes its OpenMP team from omp_get_max_threads() of the calling thread (we never call
-/// Eigen::setNbThreads), so setting that per-thread value picks the team for one product.
-class EigenThreads {
- public:
-  explicit EigenThreads(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~EigenThreads() { omp_set_num_threads(prev_); }
-  EigenThreads(const EigenThreads&) = delete;
-  EigenThreads& operator=(const EigenThreads&) = delete;
-
- private:
-  int prev_;
-};
 
 // Multiply-adds one thread should get before another is woken. Eigen's own threshold (50k) is
 // tuned for idle machines; waking threads for ~10 us of work loses badly on a busy one.
@@ -95,9 +85,35 @@ template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b
     parallel_for(0, B, std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(work, 1)),
                  [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) one(i); });
   } else {
-    // Each product on as many threads as its size warrants; Eigen shares the packed panels.
-    EigenThreads guard(static_cast<int>(std::clamp<int64_t>(work / kGemmGrain, 1, nt)));
-    for (int64_t i = 0; i < B; ++i) one(i);
+    // Large products: split C into one slab per thread along its longer side, each slab a
+    // single-threaded Eigen product, one fork-join per product. (Eigen's own threading
+    // busy-waits between panels: when another process takes one of the cores, every product
+    // stalls for a scheduler slice.)
+    const int slabs = static_cast<int>(std::clamp<int64_t>(work / kGemmGrain, 1, nt));
+    for (int64_t i = 0; i < B; ++i) {
+      if (slabs == 1) {
+        one(i);
+        continue;
+      }
+      const bool split_n = N >= M;
+      const int64_t len = split_n ? N : M;
+      // Slab edges on multiples of 8 keep Eigen's register blocks whole.
+      const int64_t step = ((len + slabs - 1) / slabs + 7) / 8 * 8;
+      parallel_for(0, slabs, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t sidx = lo; sidx < hi; ++sidx) {
+          const int64_t s0 = sidx * step, s1 = std::min(len, s0 + step);
+          if (s0 >= s1) continue;
+          const T* A = pa + i * sa;
+          const T* Bm = pb + i * sb;
+          T* C = pc + i * sc;
+          if (split_n) {
+            gemm<T>(C + s0, lc.ld, A, la, Bm + (lb.row_major ? s0 : s0 * lb.ld), lb, M, s1 - s0, K);
+          } else {
+            gemm<T>(C + s0 * lc.ld, lc.ld, A + (la.row_major ? s0 * la.ld : s0), la, Bm, lb, s1 - s0, N, K);
+          }
+        }
+      });
+    }
   }
   if (!direct) kernels::copy[out.device()](out, c);
 }

@@ -55,6 +55,43 @@ template <class T> void max_pool_forward(Tensor& out, Tensor& indices, const Ten
     lo[j] = off >= 0 ? 0 : (-off + sw - 1) / sw;
     hi[j] = std::max(lo[j], std::min(g.OW, off >= g.W ? 0 : (g.W - 1 - off) / sw + 1));
   }
+  if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * g.OH <= g.H && 2 * g.OW <= g.W) {
+    // The common 2x2/2 window with every window inside the image: four loads per output.
+    parallel_for(0, g.planes, g.grain(), [&](int64_t plo, int64_t phi) {
+      for (int64_t pl = plo; pl < phi; ++pl) {
+        const T* xp = px + pl * g.H * g.W;
+        T* op = po + pl * g.OH * g.OW;
+        int64_t* ip = pi + pl * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const T* __restrict r0 = xp + 2 * oh * g.W;
+          const T* __restrict r1 = r0 + g.W;
+          T* __restrict o = op + oh * g.OW;
+          int64_t* __restrict idx = ip + oh * g.OW;
+          const int64_t row0 = 2 * oh * g.W;
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            // Row-major window order; a later element wins only if larger or NaN (as PyTorch).
+            // Selects, not branches: on real activations the comparisons are coin flips.
+            A m = static_cast<A>(r0[2 * ow]);
+            int64_t at = row0 + 2 * ow;
+            const A v1 = static_cast<A>(r0[2 * ow + 1]), v2 = static_cast<A>(r1[2 * ow]),
+                    v3 = static_cast<A>(r1[2 * ow + 1]);
+            const bool t1 = (v1 > m) | (v1 != v1);
+            m = t1 ? v1 : m;
+            at = t1 ? row0 + 2 * ow + 1 : at;
+            const bool t2 = (v2 > m) | (v2 != v2);
+            m = t2 ? v2 : m;
+            at = t2 ? row0 + g.W + 2 * ow : at;
+            const bool t3 = (v3 > m) | (v3 != v3);
+            m = t3 ? v3 : m;
+            at = t3 ? row0 + g.W + 2 * ow + 1 : at;
+            o[ow] = static_cast<T>(m);
+            idx[ow] = at;
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel_for(0, g.planes, g.grain(), [&](int64_t plo, int64_t phi) {
     // One output row at a time, window element by window element.
     std::vector<A> best(g.OW);

@@ -4,7 +4,6 @@
 // when the innermost kept dim is contiguous, whole rows are accumulated at once (column sums);
 // anything else is first copied so that the reduced dims are innermost.
 // f32 sums accumulate in double, f16/bf16 in float; integer sums in i64. NaN propagates in max/min.
-#include <omp.h>
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -130,8 +129,7 @@ template <ReduceKind K, class A>
 class Folder<K, A, A, std::enable_if_t<is_minmax<K> && std::is_floating_point_v<A>>> {
  public:
   Folder() {
-    for (Vec<A>& v : acc_)
-      for (int l = 0; l < W; ++l) v[l] = identity<K, A>();
+    for (Vec<A>& v : acc_) v = Vec<A>{} + identity<K, A>();  // broadcast
   }
   void add(const A* p, int64_t n) {
     int64_t i = 0;
@@ -187,12 +185,11 @@ template <ReduceKind K, class A, class To> inline To finish(A acc, int64_t count
 /// f(chunk, begin, end) for each in parallel and returns the number of chunks.
 template <class F> int run_chunks(int64_t n, int64_t grain, const F& f) {
   int k = static_cast<int>(std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, get_num_threads()));
-  if (k == 1 || omp_in_parallel()) {
+  if (k == 1 || in_parallel_region()) {
     f(0, int64_t{0}, n);
     return 1;
   }
-#pragma omp parallel for num_threads(k) schedule(static, 1)
-  for (int c = 0; c < k; ++c) f(c, n * c / k, n * (c + 1) / k);
+  detail::run_chunks(k, [&](int64_t c) { f(static_cast<int>(c), n * c / k, n * (c + 1) / k); });
   return k;
 }
 
@@ -344,7 +341,9 @@ void reduce_inner(To* out, const T* x, const Layout& L) {
 template <ReduceKind K, class T, class To>
 void reduce_rows(To* out, const T* x, const Layout& L) {
   using A = acc_t<K, T>;
-  constexpr int64_t kBlock = 256;
+  // Columns per block: long contiguous row segments stream well, and the accumulators
+  // (16 KiB of double) stay in L1/L2.
+  constexpr int64_t kBlock = 2048;
   const int64_t M = L.kept.back();
   const int64_t out_step = L.kept_out.back();
   const Shape outer(L.kept.begin(), L.kept.end() - 1), outer_x(L.kept_x.begin(), L.kept_x.end() - 1),

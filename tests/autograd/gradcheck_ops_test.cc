@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "autograd/autograd.h"
+#include "core/op_table.h"
 
 using namespace kiln;
 using autograd::gradcheck;
@@ -99,6 +100,9 @@ TEST_CASE("matmul in all its shapes") {
   CHECK_GRAD([](Inputs v) { return matmul(v[0], v[1]); }, leaf({2, 1, 3, 4}), leaf({3, 4, 2}));
   CHECK_GRAD([](Inputs v) { return bmm(v[0], v[1]); }, leaf({2, 3, 4}), leaf({2, 4, 5}));
   CHECK_GRAD([](Inputs v) { return mm(v[0].t(), v[1]); }, leaf({4, 3}), leaf({4, 2}));
+  CHECK_GRAD([](Inputs v) { return op::linear(v[0], v[1], v[2]); }, leaf({5, 3}), leaf({4, 3}), leaf({4}));
+  CHECK_GRAD([](Inputs v) { return op::linear(v[0], v[1], Tensor()); }, leaf({2, 5, 3}), leaf({4, 3}));
+  CHECK_GRAD([](Inputs v) { return op::linear(v[0].t(), v[1], Tensor()); }, leaf({3, 5}), leaf({4, 3}));
 }
 
 TEST_CASE("views, joins and conversions") {

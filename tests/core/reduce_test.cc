@@ -110,7 +110,8 @@ TEST_CASE("reductions of non-contiguous and expanded inputs") {
   Tensor perm = base.permute({1, 2, 0});             // [8, 10, 6]
   Tensor ex = randn({1, 5, 1}, kFloat64).expand({4, 5, 3});  // zero strides
   for (const Tensor& x : {tr, sl, perm, ex})
-    for (const IntList& dims : std::vector<IntList>{{}, {0}, {1}, {2}, {0, 1}, {1, 2}, {0, 2}}) check_all_kinds(x, dims);
+    for (const IntList& dims : std::vector<IntList>{{}, {0}, {1}, {2}, {0, 1}, {1, 2}, {0, 2}})
+      check_all_kinds(x, dims);
 }
 
 TEST_CASE("large reductions take the multi-threaded paths and stay accurate") {
@@ -127,6 +128,12 @@ TEST_CASE("large reductions take the multi-threaded paths and stay accurate") {
   Tensor tall = randn({200000, 5}, kFloat32);
   CHECK_ALLCLOSE(sum(tall, {0}), ref_reduce(tall, {0}, 0, r_add).reshape({5}), 1e-5, 1e-3);
   CHECK_ALLCLOSE(amax(tall, {0}), ref_reduce(tall, {0}, -INFINITY, fmax_nan).reshape({5}));
+  // Few outputs, each made of many contiguous runs (BatchNorm's statistics over N, H, W).
+  Tensor bn = randn({50, 3, 2000}, kFloat32);
+  CHECK_ALLCLOSE(sum(bn, {0, 2}), ref_reduce(bn, {0, 2}, 0, r_add).reshape({3}), 1e-5, 1e-3);
+  CHECK_ALLCLOSE(amin(bn, {0, 2}), ref_reduce(bn, {0, 2}, INFINITY, fmin_nan).reshape({3}));
+  Tensor bn_many = randn({8, 64, 7, 7}, kFloat64);
+  CHECK_ALLCLOSE(mean(bn_many, {0, 2, 3}), ref_reduce(bn_many, {0, 2, 3}, 0, r_add, true).reshape({64}), 1e-12, 1e-12);
   // Many outputs of both layouts.
   Tensor m = randn({700, 300}, kFloat64);
   CHECK_ALLCLOSE(sum(m, {0}), ref_reduce(m, {0}, 0, r_add).reshape({300}), 1e-9, 1e-9);

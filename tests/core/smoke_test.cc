@@ -1,3 +1,4 @@
+#include "core/parallel.h"
 #include "tests/core/test_util.h"
 
 using namespace kiln;
@@ -19,4 +20,30 @@ TEST_CASE("arange gives integers for integer arguments") {
 
 TEST_CASE("no kernel for a device names the op and device") {
   CHECK_THROWS_WITH(zeros({2}, Device("cuda:0")), doctest::Contains("cuda"));
+}
+
+TEST_CASE("the CPU allocator reuses freed large blocks and can be emptied") {
+  empty_cpu_cache();
+  void* first = nullptr;
+  {
+    Tensor a = empty({1 << 16});  // 256 KiB
+    first = a.data_ptr();
+  }
+  CHECK(cpu_cached_bytes() >= (size_t{1} << 18));
+  Tensor b = empty({1 << 16});
+  CHECK(b.data_ptr() == first);
+  empty_cpu_cache();
+  CHECK(cpu_cached_bytes() == 0);
+}
+
+TEST_CASE("parallel_for covers the range once, in chunks, and rethrows errors") {
+  std::vector<int> hits(1 << 20, 0);
+  parallel_for(0, static_cast<int64_t>(hits.size()), 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ++hits[i];
+  });
+  for (int h : hits) REQUIRE(h == 1);
+  CHECK_THROWS_WITH(parallel_for(0, 1 << 20, 1024, [](int64_t b, int64_t) {
+                      if (b > 0) throw Error("chunk failed");
+                    }),
+                    doctest::Contains("chunk failed"));
 }
