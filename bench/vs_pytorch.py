@@ -9,6 +9,7 @@ cannot be installed, Debian's python3-torch is used and labelled as a fallback."
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -48,6 +49,8 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs per framework, interleaved (kiln, torch, kiln, ...); medians are reported")
     a = p.parse_args()
 
     py, label = torch_python()
@@ -57,20 +60,28 @@ def main():
         common += ["--limit-train", str(a.limit_train)]
     rows = []
     for model in a.models.split(","):
-        kiln = last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--device", "cpu"] + common)
-        torch = last_json([py, a.pytorch_script, "--model", model] + common)
-        rows.append({"model": model, "kiln_samples_per_sec": kiln["samples_per_sec"],
-                     "pytorch_samples_per_sec": torch["samples_per_sec"],
-                     "ratio": kiln["samples_per_sec"] / torch["samples_per_sec"],
-                     "kiln_test_accuracy": kiln["test_accuracy"], "pytorch_test_accuracy": torch["test_accuracy"]})
+        # Interleaved repeats: slow drifts of the machine (frequency, neighbours) hit both alike.
+        kilns, torches = [], []
+        for _ in range(a.repeats):
+            kilns.append(last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--device", "cpu"] + common))
+            torches.append(last_json([py, a.pytorch_script, "--model", model] + common))
+        k_sps = statistics.median(r["samples_per_sec"] for r in kilns)
+        t_sps = statistics.median(r["samples_per_sec"] for r in torches)
+        rows.append({"model": model, "kiln_samples_per_sec": k_sps, "pytorch_samples_per_sec": t_sps,
+                     "ratio": k_sps / t_sps,
+                     "kiln_runs": [round(r["samples_per_sec"]) for r in kilns],
+                     "pytorch_runs": [round(r["samples_per_sec"]) for r in torches],
+                     "kiln_test_accuracy": kilns[0]["test_accuracy"],
+                     "pytorch_test_accuracy": torches[0]["test_accuracy"]})
 
-    print(f"\nKiln vs {label}, {a.threads} threads, batch 128, SGD momentum 0.9, {a.epochs} epoch(s)")
+    print(f"\nKiln vs {label}, {a.threads} threads, batch 128, SGD momentum 0.9, {a.epochs} epoch(s), "
+          f"median of {a.repeats} interleaved runs")
     print(f"{'model':6} {'kiln samples/s':>15} {'torch samples/s':>16} {'ratio':>6} {'kiln acc':>9} {'torch acc':>10}")
     for r in rows:
         print(f"{r['model']:6} {r['kiln_samples_per_sec']:15.0f} {r['pytorch_samples_per_sec']:16.0f} "
               f"{r['ratio']:6.2f} {r['kiln_test_accuracy']:9.4f} {r['pytorch_test_accuracy']:10.4f}")
     print(json.dumps({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads, "epochs": a.epochs,
-                      "results": rows}))
+                      "repeats": a.repeats, "results": rows}))
 
 
 if __name__ == "__main__":

@@ -129,9 +129,9 @@ class Pool {
     }
   }
 
-  /// Polls `ready` for up to ~50 us; true if it became true.
+  /// Polls `ready` for up to ~200 us; true if it became true.
   template <class F> static bool spin_until(const F& ready) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     for (int i = 0;; ++i) {
       if (ready()) return true;
       if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
