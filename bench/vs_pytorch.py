@@ -63,7 +63,8 @@ def main():
         # Interleaved repeats: slow drifts of the machine (frequency, neighbours) hit both alike.
         kilns, torches = [], []
         for _ in range(a.repeats):
-            kilns.append(last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--device", "cpu"] + common))
+            kilns.append(last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--schedule", "constant",
+                                    "--device", "cpu"] + common))
             torches.append(last_json([py, a.pytorch_script, "--model", model] + common))
         k_sps = statistics.median(r["samples_per_sec"] for r in kilns)
         t_sps = statistics.median(r["samples_per_sec"] for r in torches)

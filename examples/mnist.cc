@@ -24,12 +24,14 @@ constexpr const char* kUsage = R"(usage: mnist [flags]
   --batch-size N             batch size (default 128)
   --lr X                     learning rate (default 0.05 for sgd, 1e-3 for adam/adamw)
   --optimizer sgd|adam|adamw optimizer (default sgd, with momentum 0.9)
+  --schedule cosine|constant learning-rate schedule over the run (default cosine, per step)
   --seed N                   seed for init and data order (default 0)
   --threads N                CPU threads (default: all cores)
   --device cpu|cuda|cuda:N   device (default: the best present)
   --data-dir DIR             Fashion-MNIST/MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --save PATH                checkpoint after every epoch (safetensors)
   --resume PATH              continue the run saved in PATH
+  --stop-after-epochs N      stop after N epochs of this invocation (resume later with --resume)
   --limit-train N            use only the first N training images (quick runs)
   --log-every N              steps between progress lines (default 100)
   --workers N                data loader worker threads (default 0: batches gathered inline)
@@ -38,13 +40,14 @@ constexpr const char* kUsage = R"(usage: mnist [flags]
 examples::TrainConfig parse(int argc, char** argv) {
   Flags f(argc, argv,
           {"model", "epochs", "batch-size", "lr", "optimizer", "seed", "threads", "device", "data-dir", "save",
-           "resume", "limit-train", "log-every", "workers"});
+           "resume", "limit-train", "log-every", "workers", "schedule", "stop-after-epochs"});
   examples::TrainConfig c;
   c.model = f.get_choice("model", "mlp", {"mlp", "cnn"});
   c.epochs = f.get_int("epochs", 3, 1, 1000);
   c.batch_size = f.get_int("batch-size", 128, 1, 1 << 20);
   c.optimizer = f.get_choice("optimizer", "sgd", {"sgd", "adam", "adamw"});
   c.lr = f.get_double("lr", c.optimizer == "sgd" ? 0.05 : 1e-3, 0.0, 100.0);
+  c.schedule = f.get_choice("schedule", "cosine", {"cosine", "constant"});
   c.seed = f.get_int("seed", 0, 0, INT64_MAX);
   c.threads = static_cast<int>(f.get_int("threads", 0, 0, 1024));
   std::string dev = f.get("device", "");
@@ -59,6 +62,7 @@ examples::TrainConfig parse(int argc, char** argv) {
   c.save = f.get("save", "");
   c.resume = f.get("resume", "");
   c.limit_train = f.get_int("limit-train", 0, 0, INT64_MAX);
+  c.stop_after_epochs = f.get_int("stop-after-epochs", 0, 0, 1000);
   c.log_every = f.get_int("log-every", 100, 1, INT64_MAX);
   c.workers = static_cast<int>(f.get_int("workers", 0, 0, 64));
   return c;

@@ -9,6 +9,7 @@
 #include "examples/models.h"
 #include "nn/checkpoint.h"
 #include "optim/adam.h"
+#include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 
 namespace kiln::examples {
@@ -69,11 +70,16 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
 
   data::DataLoader loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .drop_last = false,
                                       .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)});
+  // The schedule is a closed form of the global step, so a resumed run continues it exactly.
+  const int64_t total_steps = c.epochs * loader.size();
+  optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
   TrainResult r;
   const auto start = Clock::now();
   double train_seconds = 0;
   int64_t samples = 0;
-  for (int64_t epoch = state.epoch; epoch < c.epochs; ++epoch) {
+  const int64_t last_epoch =
+      c.stop_after_epochs > 0 ? std::min(c.epochs, state.epoch + c.stop_after_epochs) : c.epochs;
+  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     loader.set_epoch(epoch);
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
@@ -85,6 +91,7 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
       Tensor loss = nn::functional::cross_entropy(model->forward(x), y);
       opt->zero_grad();
       loss.backward();
+      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
       opt->step();
       double l = loss.item<double>();
       r.step_losses.push_back(l);
@@ -123,10 +130,10 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
   return fmt::format(
-      R"({{"model": "{}", "device": "{}", "epochs": {}, "batch_size": {}, "optimizer": "{}", "lr": {}, )"
+      R"({{"model": "{}", "device": "{}", "epochs": {}, "batch_size": {}, "optimizer": "{}", "lr": {}, "schedule": "{}", )"
       R"("threads": {}, "train_loss": {:.6f}, "test_loss": {:.6f}, "test_accuracy": {:.4f}, )"
       R"("samples_per_sec": {:.1f}, "wall_seconds": {:.2f}}})",
-      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, get_num_threads(),
+      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, c.schedule, get_num_threads(),
       r.epoch_train_loss.empty() ? 0.0 : r.epoch_train_loss.back(), r.test_loss, r.test_accuracy, r.samples_per_sec,
       r.wall_seconds);
 }

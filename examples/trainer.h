@@ -16,12 +16,17 @@ struct TrainConfig {
   int64_t batch_size = 128;
   double lr = 0.05;
   std::string optimizer = "sgd";
+  /// "cosine": lr decays from `lr` to 0 over the whole run, per step; "constant".
+  std::string schedule = "cosine";
   int64_t seed = 0;
   int threads = 0;  // 0: all cores
   Device device;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string save, resume;
   int64_t limit_train = 0;  // 0: the whole training set
+  /// Stop after this many epochs of this invocation (0: run to `epochs`); the schedule still
+  /// spans `epochs`, so a later --resume continues the same run (time-sliced or pre-emptible jobs).
+  int64_t stop_after_epochs = 0;
   int64_t log_every = 100;
   /// DataLoader worker threads. 0 (the default) gathers each batch in the training thread: the
   /// data set is in memory and a batch is one index_select, while a worker thread would compete

@@ -1,0 +1,169 @@
+// Core CPU throughput: f32 matmul GFLOP/s for square and skinny shapes next to raw Eigen GEMM on
+// the same buffers in the same run (Kiln should be within ~10%), and effective GB/s of
+// memory-bound elementwise, reduction, softmax and copy ops on 16M-element tensors.
+// `matmul` is the public op (it allocates its result, as users call it); `kernel` is the CPU
+// bmm kernel writing into a preallocated output, like the raw Eigen call it is compared with.
+// Each figure is the median of several timed runs after a warm-up. The last line is JSON.
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/kernels.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+
+using namespace kiln;
+
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Median seconds of `f` over enough runs to fill about `budget_s` (at least 5), after warm-up.
+double time_median(const std::function<void()>& f, double budget_s = 0.6) {
+  f();
+  double t0 = now_s();
+  f();
+  const double once = std::max(now_s() - t0, 1e-7);
+  const int reps = static_cast<int>(std::clamp(budget_s / once, 5.0, 200.0));
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    t0 = now_s();
+    f();
+    ts.push_back(now_s() - t0);
+  }
+  return median(ts);
+}
+
+/// Median seconds of each of `fs`, timed in interleaved rounds so that a busy machine slows all
+/// of them alike (the ratios stay meaningful).
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fs, double budget_s) {
+  double once = 0;
+  for (const auto& f : fs) {
+    f();
+    const double t0 = now_s();
+    f();
+    once += std::max(now_s() - t0, 1e-7);
+  }
+  const int rounds = static_cast<int>(std::clamp(budget_s / once, 7.0, 200.0));
+  std::vector<std::vector<double>> ts(fs.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < fs.size(); ++i) {
+      const double t0 = now_s();
+      fs[i]();
+      ts[i].push_back(now_s() - t0);
+    }
+  std::vector<double> out;
+  for (auto& t : ts) out.push_back(median(t));
+  return out;
+}
+
+struct Json {
+  std::string body;
+  void add(const std::string& key, double v) {
+    body += fmt::format("{}\"{}\": {:.4g}", body.empty() ? "" : ", ", key, v);
+  }
+};
+
+void bench_matmul(Json& json) {
+  struct Shape3 { int64_t m, k, n; };
+  const std::vector<Shape3> shapes = {{256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
+                                      {2048, 2048, 2048}, {128, 784, 256},   {4096, 256, 256},
+                                      {2048, 2048, 64},   {128, 256, 10}};
+  fmt::print("matmul f32 (GFLOP/s)\n");
+  fmt::print("{:>22} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "M x K @ K x N", "matmul", "kernel", "eigen",
+             "ratio", "k-ratio");
+  for (const Shape3& s : shapes) {
+    Tensor a = randn({s.m, s.k}), b = randn({s.k, s.n});
+    Eigen::Map<const RowMat> A(a.data_ptr<float>(), s.m, s.k), B(b.data_ptr<float>(), s.k, s.n);
+    RowMat C(s.m, s.n);
+    Tensor keep, out = empty({1, s.m, s.n});
+    const Tensor a3 = a.unsqueeze(0), b3 = b.unsqueeze(0);
+    const double flop = 2.0 * s.m * s.n * s.k;
+    const std::vector<double> t = time_interleaved({[&] { keep = matmul(a, b); },
+                                                    [&] { kernels::bmm[kCPU](out, a3, b3); },
+                                                    [&] { C.noalias() = A * B; }},
+                                                   1.5);
+    const double t_kiln = t[0], t_kernel = t[1], t_eigen = t[2];
+    const double g_kiln = flop / t_kiln * 1e-9, g_kernel = flop / t_kernel * 1e-9, g_eigen = flop / t_eigen * 1e-9;
+    const std::string name = fmt::format("{}x{}@{}x{}", s.m, s.k, s.k, s.n);
+    fmt::print("{:>22} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} {:>7.3f}\n", name, g_kiln, g_kernel, g_eigen,
+               g_kiln / g_eigen, g_kernel / g_eigen);
+    const std::string key = fmt::format("matmul_{}x{}x{}", s.m, s.k, s.n);
+    json.add(key + "_gflops", g_kiln);
+    json.add(key + "_kernel_gflops", g_kernel);
+    json.add(key + "_eigen_gflops", g_eigen);
+    json.add(key + "_ratio", g_kiln / g_eigen);
+    json.add(key + "_kernel_ratio", g_kernel / g_eigen);
+  }
+}
+
+void bench_memory(Json& json) {
+  const int64_t n = int64_t{1} << 24;  // 16M floats = 64 MiB per tensor
+  const double mb = static_cast<double>(n) * sizeof(float);
+  Tensor x = randn({n}), y = randn({n});
+  Tensor rows = x.view({16384, 1024});
+  Tensor square = x.view({4096, 4096});
+  Tensor keep;
+  struct Case {
+    const char* name;
+    double bytes;  // bytes read + written once
+    std::function<void()> run;
+  };
+  const std::vector<Case> cases = {
+      {"add", 3 * mb, [&] { keep = x + y; }},
+      {"mul_scalar", 2 * mb, [&] { keep = x * 2.0; }},
+      {"exp", 2 * mb, [&] { keep = exp(x); }},
+      {"relu", 2 * mb, [&] { keep = relu(x); }},
+      {"sum", mb, [&] { keep = sum(x); }},
+      {"sum_rows", mb, [&] { keep = sum(rows, {1}); }},
+      {"sum_cols", mb, [&] { keep = sum(rows, {0}); }},
+      {"amax", mb, [&] { keep = amax(x); }},
+      {"softmax_rows", 2 * mb, [&] { keep = softmax(rows, 1); }},
+      {"log_softmax_rows", 2 * mb, [&] { keep = log_softmax(rows, 1); }},
+      {"transpose_contiguous", 2 * mb, [&] { keep = square.t().contiguous(); }},
+  };
+  fmt::print("\nmemory-bound ops on 16M f32 ({} MiB per tensor) (GB/s)\n", n * 4 >> 20);
+  fmt::print("{:>22} {:>10} {:>10}\n", "op", "ms", "GB/s");
+  for (const Case& c : cases) {
+    double t;
+    try {
+      t = time_median(c.run, 0.5);
+    } catch (const std::exception& e) {
+      fmt::print("{:>22} unavailable: {}\n", c.name, e.what());
+      continue;
+    }
+    const double gbps = c.bytes / t * 1e-9;
+    fmt::print("{:>22} {:>10.2f} {:>10.1f}\n", c.name, t * 1e3, gbps);
+    json.add(std::string(c.name) + "_gbps", gbps);
+  }
+}
+
+}  // namespace
+
+int main() {
+  fmt::print("kiln core_bench: {} threads, Eigen {}.{}.{}\n\n", get_num_threads(), EIGEN_WORLD_VERSION,
+             EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+  Json json;
+  json.add("threads", get_num_threads());
+  bench_matmul(json);
+  bench_memory(json);
+  fmt::print("{{\"bench\": \"core_bench\", {}}}\n", json.body);
+  return 0;
+}
