@@ -7,9 +7,11 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,14 +83,42 @@ struct Json {
   }
 };
 
-void bench_matmul(Json& json) {
+/// GFLOP/s of Eigen's own multi-threaded GEMM per "MxKxN", from the reference binary (empty if
+/// it is not given or fails).
+std::map<std::string, double> eigen_threaded_reference(const char* binary, const std::vector<std::array<int64_t, 3>>& shapes) {
+  std::map<std::string, double> out;
+  if (binary == nullptr) return out;
+  std::string cmd = fmt::format("'{}' {}", binary, get_num_threads());
+  for (const auto& s : shapes) cmd += fmt::format(" {} {} {}", s[0], s[1], s[2]);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  std::string text;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) text.append(buf, n);
+  pclose(p);
+  // {"256x256x256": 123.4, ...}
+  for (size_t q = text.find('"'); q != std::string::npos; q = text.find('"', q + 1)) {
+    size_t end = text.find('"', q + 1);
+    if (end == std::string::npos) break;
+    std::string key = text.substr(q + 1, end - q - 1);
+    out[key] = std::atof(text.c_str() + text.find(':', end) + 1);
+    q = end;
+  }
+  return out;
+}
+
+void bench_matmul(Json& json, const char* reference) {
   struct Shape3 { int64_t m, k, n; };
   const std::vector<Shape3> shapes = {{256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
                                       {2048, 2048, 2048}, {128, 784, 256},   {4096, 256, 256},
                                       {2048, 2048, 64},   {128, 256, 10}};
-  fmt::print("matmul f32 (GFLOP/s)\n");
-  fmt::print("{:>22} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "M x K @ K x N", "matmul", "kernel", "eigen",
-             "ratio", "k-ratio");
+  std::vector<std::array<int64_t, 3>> dims;
+  for (const Shape3& s : shapes) dims.push_back({s.m, s.k, s.n});
+  const std::map<std::string, double> eigen_mt = eigen_threaded_reference(reference, dims);
+  fmt::print("matmul f32 (GFLOP/s); eigen: serial Eigen GEMM in this process; eigen-mt: Eigen's own\n"
+             "OpenMP GEMM with the same thread count (bench/eigen_gemm_reference); mt-ratio = matmul / eigen-mt\n");
+  fmt::print("{:>22} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>8}\n", "M x K @ K x N", "matmul", "kernel", "eigen",
+             "ratio", "k-ratio", "eigen-mt", "mt-ratio");
   for (const Shape3& s : shapes) {
     Tensor a = randn({s.m, s.k}), b = randn({s.k, s.n});
     Eigen::Map<const RowMat> A(a.data_ptr<float>(), s.m, s.k), B(b.data_ptr<float>(), s.k, s.n);
@@ -103,9 +133,15 @@ void bench_matmul(Json& json) {
     const double t_kiln = t[0], t_kernel = t[1], t_eigen = t[2];
     const double g_kiln = flop / t_kiln * 1e-9, g_kernel = flop / t_kernel * 1e-9, g_eigen = flop / t_eigen * 1e-9;
     const std::string name = fmt::format("{}x{}@{}x{}", s.m, s.k, s.k, s.n);
-    fmt::print("{:>22} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} {:>7.3f}\n", name, g_kiln, g_kernel, g_eigen,
-               g_kiln / g_eigen, g_kernel / g_eigen);
+    auto mt = eigen_mt.find(fmt::format("{}x{}x{}", s.m, s.k, s.n));
+    const double g_mt = mt == eigen_mt.end() ? 0.0 : mt->second;
+    fmt::print("{:>22} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} {:>7.3f} {:>9.1f} {:>8.3f}\n", name, g_kiln, g_kernel,
+               g_eigen, g_kiln / g_eigen, g_kernel / g_eigen, g_mt, g_mt > 0 ? g_kiln / g_mt : 0.0);
     const std::string key = fmt::format("matmul_{}x{}x{}", s.m, s.k, s.n);
+    if (g_mt > 0) {
+      json.add(key + "_eigen_threaded_gflops", g_mt);
+      json.add(key + "_threaded_ratio", g_kiln / g_mt);
+    }
     json.add(key + "_gflops", g_kiln);
     json.add(key + "_kernel_gflops", g_kernel);
     json.add(key + "_eigen_gflops", g_eigen);
@@ -157,12 +193,13 @@ void bench_memory(Json& json) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   fmt::print("kiln core_bench: {} threads, Eigen {}.{}.{}\n\n", get_num_threads(), EIGEN_WORLD_VERSION,
              EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
   Json json;
   json.add("threads", get_num_threads());
-  bench_matmul(json);
+  // argv[1]: the Eigen reference binary (bench/BUILD passes it; optional when run by hand).
+  bench_matmul(json, argc > 1 ? argv[1] : nullptr);
   bench_memory(json);
   fmt::print("{{\"bench\": \"core_bench\", {}}}\n", json.body);
   return 0;

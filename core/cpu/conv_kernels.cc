@@ -1,7 +1,7 @@
-// CPU conv2d forward and backward: im2col + Eigen GEMM, one image at a time. Threads take
-// blocks of images as they come free, each with its own column buffers (Eigen then runs
-// single-threaded inside); a batch smaller than the thread count runs image by image and lets
-// Eigen thread each GEMM. 1x1 / stride 1 / no padding convolutions skip im2col. The weight
+// CPU conv2d forward and backward: im2col + GEMM (core/cpu/gemm.h), one image at a time. Threads
+// take blocks of images as they come free, each with its own column buffers; a batch smaller
+// than the thread count runs on one thread. 1x1 / stride 1 / no padding convolutions skip
+// im2col. The weight
 // gradient is summed per block and the blocks are added in order, so results do not depend on
 // scheduling. f16/bf16 compute in f32.
 #include <Eigen/Core>
@@ -11,15 +11,13 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/gemm.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {
 namespace {
 
-template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T> using MatMap = Eigen::Map<RowMat<T>>;
-template <class T> using ConstMatMap = Eigen::Map<const RowMat<T>>;
 template <class T> using ConstVecMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 /// Sizes of one convolution; a "column" matrix holds, for one image, row (c, ki, kj) and
@@ -114,7 +112,7 @@ struct BatchSchedule {
   int64_t workers = 1, blocks = 1;
 };
 
-/// One worker (Eigen then threads each GEMM) when the batch has fewer images than threads or
+/// One worker when the batch has fewer images than threads or
 /// the problem is too small to be worth waking threads for; otherwise one per thread and up to
 /// `max_blocks` blocks.
 BatchSchedule batch_schedule(int64_t N, int64_t work_per_image, int64_t max_blocks) {
@@ -154,15 +152,12 @@ void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Te
       }
       T* on = po + n * g.Cout * g.L;
       for (int64_t gi = 0; gi < g.groups; ++gi) {
-        MatMap<T> O(on + gi * g.Coutg * g.L, g.Coutg, g.L);
-        ConstMatMap<T> Wg(pw + gi * g.Coutg * g.K, g.Coutg, g.K);
-        ConstMatMap<T> Cg(col + gi * g.K * g.L, g.K, g.L);
-        if (pb != nullptr) {
-          for (int64_t co = 0; co < g.Coutg; ++co) O.row(co).setConstant(pb[gi * g.Coutg + co]);
-          O.noalias() += Wg * Cg;
-        } else {
-          O.noalias() = Wg * Cg;
-        }
+        // O[Coutg, L] (+)= W_g[Coutg, K] @ col_g[K, L], the bias written first.
+        T* O = on + gi * g.Coutg * g.L;
+        if (pb != nullptr)
+          for (int64_t co = 0; co < g.Coutg; ++co) std::fill_n(O + co * g.L, g.L, pb[gi * g.Coutg + co]);
+        gemm<T>(g.Coutg, g.L, g.K, {pw + gi * g.Coutg * g.K, true, g.K}, {col + gi * g.K * g.L, true, g.L}, O, g.L,
+                /*accumulate=*/pb != nullptr);
       }
     }
   };
@@ -217,20 +212,18 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
           col = col_buf.data();
         }
         for (int64_t gi = 0; gi < g.groups; ++gi) {
-          MatMap<T> GW(gw + gi * g.Coutg * g.K, g.Coutg, g.K);
-          ConstMatMap<T> GO(gon + gi * g.Coutg * g.L, g.Coutg, g.L);
-          ConstMatMap<T> Cg(col + gi * g.K * g.L, g.K, g.L);
-          GW.noalias() += GO * Cg.transpose();
+          // GW[Coutg, K] += GO[Coutg, L] @ col_g^T (col_g read as a column-major [L, K]).
+          gemm<T>(g.Coutg, g.K, g.L, {gon + gi * g.Coutg * g.L, true, g.L}, {col + gi * g.K * g.L, false, g.L},
+                  gw + gi * g.Coutg * g.K, g.K, /*accumulate=*/true);
         }
       }
       if (need_x) {
         T* gxn = pgx + n * g.C * g.H * g.W;
         T* dcol = g.pointwise ? gxn : dcol_buf.data();
         for (int64_t gi = 0; gi < g.groups; ++gi) {
-          MatMap<T> D(dcol + gi * g.K * g.L, g.K, g.L);
-          ConstMatMap<T> Wg(pw + gi * g.Coutg * g.K, g.Coutg, g.K);
-          ConstMatMap<T> GO(gon + gi * g.Coutg * g.L, g.Coutg, g.L);
-          D.noalias() = Wg.transpose() * GO;
+          // D[K, L] = W_g^T (W_g read as a column-major [K, Coutg]) @ GO[Coutg, L].
+          gemm<T>(g.K, g.L, g.Coutg, {pw + gi * g.Coutg * g.K, false, g.K}, {gon + gi * g.Coutg * g.L, true, g.L},
+                  dcol + gi * g.K * g.L, g.L, /*accumulate=*/false);
         }
         if (!g.pointwise) col2im(g, dcol, gxn);
       }

@@ -1,24 +1,20 @@
-// CPU batched matrix multiply: out[b] = a[b] @ b[b] through Eigen's GEMM. Each 2-D slice is
+// CPU batched matrix multiply: out[b] = a[b] @ b[b] through Eigen's GEMM (core/cpu/gemm.h). Each 2-D slice is
 // mapped in place as row-major or column-major (a transposed view is column-major) with its
 // leading dimension, so transposes and batch broadcasts (stride 0) cost no copy; an operand is
 // copied only when neither of its inner strides is 1. A large product is split into one output
 // slab per thread of Kiln's pool, each a serial Eigen GEMM; many small ones run in parallel over
 // the batch.
 // f16/bf16 compute in f32; integers use a plain loop.
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu/gemm.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {
 namespace {
 
-template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T> using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-using Stride = Eigen::OuterStride<>;
 
 /// How a [rows, cols] slice with strides (s0, s1) can be read in place.
 struct MatLayout {
@@ -45,16 +41,10 @@ Tensor contiguous_as(const Tensor& t, DType dt) {
   return c;
 }
 
-/// c[M, N] (row-major, leading dim ldc) = a[M, K] @ b[K, N].
+/// c[M, N] (row-major, leading dim ldc) = a[M, K] @ b[K, N] (float picks its ISA at run time).
 template <class T>
 void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb, int64_t M, int64_t N, int64_t K) {
-  Eigen::Map<RowMat<T>, 0, Stride> C(c, M, N, Stride(ldc));
-  auto with_a = [&](const auto& A) {
-    if (lb.row_major) C.noalias() = A * Eigen::Map<const RowMat<T>, 0, Stride>(b, K, N, Stride(lb.ld));
-    else C.noalias() = A * Eigen::Map<const ColMat<T>, 0, Stride>(b, K, N, Stride(lb.ld));
-  };
-  if (la.row_major) with_a(Eigen::Map<const RowMat<T>, 0, Stride>(a, M, K, Stride(la.ld)));
-  else with_a(Eigen::Map<const ColMat<T>, 0, Stride>(a, M, K, Stride(la.ld)));
+  cpu::gemm<T>(M, N, K, {a, la.row_major, la.ld}, {b, lb.row_major, lb.ld}, c, ldc, /*accumulate=*/false);
 }
 
 

@@ -1,4 +1,4 @@
-// Helpers for data tests: a scratch directory, raw file writing (plain and gzip) and IDX bytes.
+// Helpers for data tests: gzip and IDX bytes (file helpers come from tests/file_util.h).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -12,29 +12,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/file_util.h"
 
 namespace kiln::test {
-
-/// A fresh directory under TEST_TMPDIR (Bazel) or the system temp dir.
-inline std::string scratch_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
-                              ("kiln_data_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
-inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(f.good());
-}
-
-inline std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 /// One gzip member holding `bytes`.
 inline std::vector<uint8_t> gzip_bytes(const std::vector<uint8_t>& bytes) {
@@ -60,15 +40,6 @@ inline std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>&
   return b;
 }
 
-/// The message of the kiln::Error `f` throws ("" when it throws nothing).
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define CHECK_ERROR_HAS(expr, ...)                                                    \
   do {                                                                                \

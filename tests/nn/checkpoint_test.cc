@@ -12,9 +12,12 @@
 #include "nn/safetensors.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tests/file_util.h"
 
 using namespace kiln;
 using namespace kiln::nn;
+
+using namespace kiln::test;
 
 namespace {
 
@@ -31,32 +34,7 @@ struct Tiny : Module {
   std::shared_ptr<Linear> head;
 };
 
-std::string scratch_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  auto dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) / ("kiln_ckpt_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
-
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -91,7 +69,7 @@ void train_step(Tiny& m, optim::Optimizer& opt) {
 }  // namespace
 
 TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra metadata") {
-  std::string dir = scratch_dir("roundtrip");
+  std::string dir = scratch_dir("ckpt_roundtrip");
   std::string path = dir + "/ckpt.safetensors";
   manual_seed(1);
   Tiny a;
@@ -141,7 +119,7 @@ TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra m
 }
 
 TEST_CASE("checkpoints without an optimizer, and loading without one") {
-  std::string dir = scratch_dir("no_optim");
+  std::string dir = scratch_dir("ckpt_no_optim");
   Tiny a, b;
   save_checkpoint(dir + "/m.safetensors", a, nullptr, {});
   load_checkpoint(dir + "/m.safetensors", b, nullptr, nullptr);
@@ -162,7 +140,7 @@ TEST_CASE("checkpoints without an optimizer, and loading without one") {
 }
 
 TEST_CASE("mismatching checkpoints are refused and change nothing") {
-  std::string dir = scratch_dir("mismatch");
+  std::string dir = scratch_dir("ckpt_mismatch");
   std::string path = dir + "/ckpt.safetensors";
   Tiny a;
   optim::Adam opt_a(a.parameters(), 0.1);
@@ -204,7 +182,7 @@ TEST_CASE("mismatching checkpoints are refused and change nothing") {
 }
 
 TEST_CASE("truncated and corrupted checkpoints are refused and change nothing") {
-  std::string dir = scratch_dir("damaged");
+  std::string dir = scratch_dir("ckpt_damaged");
   std::string good = dir + "/good.safetensors", path = dir + "/bad.safetensors";
   Tiny a;
   optim::Adam opt_a(a.parameters(), 0.1);
@@ -241,7 +219,7 @@ TEST_CASE("truncated and corrupted checkpoints are refused and change nothing") 
 }
 
 TEST_CASE("a failed checkpoint save leaves the previous checkpoint in place") {
-  std::string dir = scratch_dir("failed_save");
+  std::string dir = scratch_dir("ckpt_failed_save");
   std::string path = dir + "/ckpt.safetensors";
   Tiny a;
   save_checkpoint(path, a, nullptr, {.step = 1});

@@ -11,30 +11,15 @@
 #include "core/ops.h"
 #include "nn/json.h"
 #include "nn/safetensors.h"
+#include "tests/file_util.h"
 
 using namespace kiln;
 using namespace kiln::nn;
 
+using namespace kiln::test;
+
 namespace {
 
-std::string scratch_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  auto dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) / ("kiln_st_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(f.good());
-}
 
 std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uint8_t>& data) {
   std::vector<uint8_t> b;
@@ -45,14 +30,6 @@ std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uin
   return b;
 }
 
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -99,7 +76,7 @@ TEST_CASE("json: strict parsing and quoting") {
 }
 
 TEST_CASE("safetensors round-trips every dtype and the metadata") {
-  std::string dir = scratch_dir("roundtrip");
+  std::string dir = scratch_dir("st_roundtrip");
   auto tensors = every_dtype();
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "quote \" backslash \\ newline \n é"}};
   save_safetensors(dir + "/all.safetensors", tensors, meta);
@@ -120,7 +97,7 @@ TEST_CASE("safetensors round-trips every dtype and the metadata") {
 }
 
 TEST_CASE("safetensors files follow the format byte for byte") {
-  std::string dir = scratch_dir("format");
+  std::string dir = scratch_dir("st_format");
   std::string path = dir + "/x.safetensors";
   save_safetensors(path, {{"b", tensor<int32_t>({1, 2})}, {"a", tensor<float>({1.0f})}}, {{"k", "v"}});
   auto bytes = read_bytes(path);
@@ -144,7 +121,7 @@ TEST_CASE("safetensors files follow the format byte for byte") {
 }
 
 TEST_CASE("safetensors reads files as other writers lay them out") {
-  std::string dir = scratch_dir("foreign");
+  std::string dir = scratch_dir("st_foreign");
   // Tensors stored out of name order, metadata last, whitespace in the JSON.
   std::string header = R"({ "w": {"dtype": "F16", "shape": [2], "data_offsets": [8, 12]},
                             "v": {"dtype": "I64", "shape": [], "data_offsets": [0, 8]},
@@ -159,7 +136,7 @@ TEST_CASE("safetensors reads files as other writers lay them out") {
 }
 
 TEST_CASE("safetensors refuses malformed headers, naming the file and the problem") {
-  std::string dir = scratch_dir("malformed");
+  std::string dir = scratch_dir("st_malformed");
   std::string path = dir + "/m.safetensors";
   auto expect = [&](const std::string& header, const std::vector<uint8_t>& data, const std::string& part) {
     CAPTURE(header);
@@ -197,7 +174,7 @@ TEST_CASE("safetensors refuses malformed headers, naming the file and the proble
 }
 
 TEST_CASE("safetensors refuses truncated files and flipped header bytes") {
-  std::string dir = scratch_dir("damage");
+  std::string dir = scratch_dir("st_damage");
   std::string good = dir + "/good.safetensors";
   auto tensors = every_dtype();
   save_safetensors(good, tensors, {{"step", "12"}});
@@ -250,7 +227,7 @@ TEST_CASE("safetensors refuses truncated files and flipped header bytes") {
 }
 
 TEST_CASE("a failed save leaves the existing file untouched and no temporary behind") {
-  std::string dir = scratch_dir("atomic");
+  std::string dir = scratch_dir("st_atomic");
   std::string path = dir + "/w.safetensors";
   save_safetensors(path, {{"x", ones({4})}});
   const auto before = read_bytes(path);
