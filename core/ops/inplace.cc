@@ -28,6 +28,12 @@ bool inplace_needs_grad(const Tensor& x, const Tensor& other) {
 }
 
 void rebase_history(Tensor& self, const Tensor& result) {
+  // The base of a view would not learn of the new history, and its gradient would silently
+  // miss this op: refuse (before anything is written).
+  KILN_CHECK(!(result.requires_grad() && self.unsafe_impl()->is_view),
+             "in-place op with an operand that requires grad cannot write into a view (shape {}); compute it "
+             "out of place, or clone() the view first",
+             self.sizes());
   {
     NoGradGuard g;
     Tensor r = result.dtype() == self.dtype() ? result : result.to(self.dtype());
@@ -38,6 +44,7 @@ void rebase_history(Tensor& self, const Tensor& result) {
   AutogradMeta& m = self.mutable_autograd_meta();
   m.grad_fn = result.grad_fn();
   m.output_nr = result.autograd_meta()->output_nr;
+  m.grad_hooks = result.autograd_meta()->grad_hooks;  // hooks registered later reach the new node
 }
 
 }  // namespace kiln

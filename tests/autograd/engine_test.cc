@@ -166,3 +166,25 @@ TEST_CASE("printing a non-leaf names its grad_fn") {
   std::string s = (x * 2.0).str();
   CHECK(s.find("grad_fn=<MulBackward>") != std::string::npos);
 }
+
+TEST_CASE("an in-place op with a grad-requiring operand into a view is refused, changing nothing") {
+  Tensor w = tensor({1.0, 2.0}, kFloat64).set_requires_grad(true);
+  Tensor base = zeros({4}, kFloat64);
+  Tensor v = base.narrow(0, 0, 2);
+  CHECK_THROWS_WITH(v.add_(w), doctest::Contains("view"));
+  CHECK(base.to_vector<double>() == std::vector<double>{0, 0, 0, 0});
+}
+
+TEST_CASE("a hook registered after an in-place op sees the gradient") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).set_requires_grad(true);
+  Tensor y = x * 2.0;
+  y.mul_(3.0);
+  int calls = 0;
+  y.register_hook([&](const Tensor& g) {
+    ++calls;
+    return Tensor();
+  });
+  y.sum().backward();
+  CHECK(calls == 1);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{6, 6});
+}
