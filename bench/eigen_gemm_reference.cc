@@ -1,5 +1,6 @@
-// Eigen's own GEMM with Eigen's own OpenMP threading, on the shapes core_bench measures: the
-// reference Kiln's matmul is held to. A separate binary on purpose (Kiln builds Eigen serial).
+// Eigen's own GEMM with Eigen's own OpenMP threading, built for this CPU, on the shapes
+// core_bench measures: the reference Kiln's matmul is held to. A separate binary on purpose
+// (Kiln builds Eigen serial).
 // Usage: eigen_gemm_reference THREADS M K N [M K N ...]; prints one JSON line {"MxKxN": GFLOP/s}.
 #include <Eigen/Core>
 
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: eigen_gemm_reference THREADS M K N [M K N ...]\n");
     return 2;
   }
+#if !defined(_OPENMP)
+#error "build with -fopenmp: this reference must use Eigen's own threading"
+#endif
   Eigen::setNbThreads(std::atoi(argv[1]));
   std::string json = "{";
   for (int i = 2; i + 2 < argc; i += 3) {

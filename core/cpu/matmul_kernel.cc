@@ -48,9 +48,10 @@ void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb,
 }
 
 
-// Multiply-adds one thread should get before another is woken. Eigen's own threshold (50k) is
-// tuned for idle machines; waking threads for ~10 us of work loses badly on a busy one.
-constexpr int64_t kGemmGrain = int64_t{1} << 19;
+// Multiply-adds one thread should get before another is woken. Kiln's pool keeps workers
+// spinning briefly between regions, so a wake-up is cheap; 64k was the best of 2^16..2^19 on
+// core_bench's small shapes.
+constexpr int64_t kGemmGrain = int64_t{1} << 16;
 
 template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b0) {
   Tensor a = a0, b = b0;
@@ -85,7 +86,7 @@ template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b
         one(i);
         continue;
       }
-      const bool split_n = N >= M;
+      const bool split_n = N > M;
       const int64_t len = split_n ? N : M;
       // Slab edges on multiples of 8 keep Eigen's register blocks whole.
       const int64_t step = ((len + slabs - 1) / slabs + 7) / 8 * 8;
