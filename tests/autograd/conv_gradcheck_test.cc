@@ -7,21 +7,15 @@
 
 #include "autograd/autograd.h"
 #include "core/conv.h"
+#include "tests/autograd/grad_test_util.h"
 
 using namespace kiln;
 using autograd::gradcheck;
 
 namespace {
 
-Tensor leaf(const Shape& shape) { return (rand(shape, kFloat64) * 2.0 - 1.0).contiguous().set_requires_grad(true); }
-
-#define CHECK_GRAD(fn, ...)                   \
-  do {                                        \
-    auto r = gradcheck(fn, {__VA_ARGS__});    \
-    CHECK_MESSAGE(r.ok, r.message);           \
-  } while (0)
-
-using Inputs = const std::vector<Tensor>&;
+using test::Inputs;
+using test::leaf;
 
 struct ConvConfig {
   const char* name;

@@ -4,26 +4,17 @@
 
 #include "autograd/autograd.h"
 #include "core/op_table.h"
+#include "tests/autograd/grad_test_util.h"
 
 using namespace kiln;
 using autograd::gradcheck;
 
 namespace {
 
-Tensor leaf(const Shape& shape, double lo = -1.0, double hi = 1.0) {
-  Tensor t = rand(shape, kFloat64) * (hi - lo) + lo;
-  return t.contiguous().set_requires_grad(true);
-}
+using test::Inputs;
+using test::leaf;
 
 Tensor positive(const Shape& shape) { return leaf(shape, 0.5, 2.0); }
-
-#define CHECK_GRAD(fn, ...)                                     \
-  do {                                                          \
-    auto r = gradcheck(fn, {__VA_ARGS__});                      \
-    CHECK_MESSAGE(r.ok, r.message);                             \
-  } while (0)
-
-using Inputs = const std::vector<Tensor>&;
 
 }  // namespace
 
