@@ -1,4 +1,5 @@
 // CPU fill, copy (with dtype conversion) and arange kernels.
+#include <algorithm>
 #include <cstring>
 
 #include "core/cpu/loops.h"
@@ -21,8 +22,51 @@ void fill_kernel(Tensor& out, const Scalar& value) {
   });
 }
 
+/// out (contiguous) = src whose last two dims are swapped in memory (src.stride(-2) == 1), as
+/// `x.transpose(-1, -2).contiguous()` produces: 32x32 tiles, so both sides move whole cache
+/// lines (an element-by-element strided walk reads one element per cache line). Leading dims are
+/// walked with src's strides. Returns false when the layout is not that.
+template <class Bits>
+bool copy_transposed_tiles(Tensor& out, const Tensor& src) {
+  const int64_t nd = src.dim();
+  if (nd < 2 || !out.is_contiguous() || src.stride(-2) != 1 || src.stride(-1) <= 1) return false;
+  const int64_t R = src.size(-2), C = src.size(-1);
+  if (R < 32 || C < 32) return false;
+  const int64_t cs = src.stride(-1), planes = src.numel() / (R * C);
+  const Bits* ps = static_cast<const Bits*>(src.data_ptr());
+  Bits* po = static_cast<Bits*>(out.data_ptr());
+  constexpr int64_t kTile = 32;
+  const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
+  parallel_for(0, planes * tiles_r, std::max<int64_t>(1, kGrainSize / (kTile * C)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t plane = t / tiles_r, r0 = (t % tiles_r) * kTile, r1 = std::min(R, r0 + kTile);
+      // The plane's offset in src from its multi-index over the leading dims.
+      int64_t off = 0;
+      for (int64_t d = nd - 3, rem = plane; d >= 0; --d) {
+        off += (rem % src.size(d)) * src.stride(d);
+        rem /= src.size(d);
+      }
+      const Bits* sp = ps + off;
+      Bits* op = po + plane * R * C;
+      // Stage each tile: read src columns (contiguous along r), write out rows (contiguous
+      // along c). Going through the buffer touches every cache line once even when the
+      // strides are powers of two and all rows of a tile fall into one cache set.
+      Bits tile[kTile][kTile];
+      for (int64_t tc = 0; tc < tiles_c; ++tc) {
+        const int64_t c0 = tc * kTile, c1 = std::min(C, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) tile[c - c0][r - r0] = sp[r + c * cs];
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) op[r * C + c] = tile[c - c0][r - r0];
+      }
+    }
+  });
+  return true;
+}
+
 template <class Bits>
 void copy_bits(Tensor& out, const Tensor& src) {
+  if (copy_transposed_tiles<Bits>(out, src)) return;
   StridedIter<2>({&out, &src}).run([&](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Bits) && s[1] == sizeof(Bits)) {
       std::memcpy(p[0], p[1], n * sizeof(Bits));

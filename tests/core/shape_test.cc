@@ -1,5 +1,7 @@
 // View and shape ops: geometry (sizes, strides, shared storage), values against hand indexing,
 // copies only where a view is impossible, zero-size dims, and errors that name op and values.
+#include <array>
+
 #include "tests/core/test_util.h"
 
 using namespace kiln;
@@ -342,4 +344,28 @@ TEST_CASE("views work for every dtype") {
   }
   Tensor b = arange(6).view({2, 3}).to(kBool);
   CHECK(b.t().contiguous().to_vector<bool>() == std::vector<bool>{false, true, true, true, true, true});
+}
+
+TEST_CASE("contiguous() of large transposes matches element-wise indexing (tiled path, ragged edges)") {
+  for (auto [B, R, C] : {std::array<int64_t, 3>{1, 70, 45}, {3, 33, 96}, {2, 64, 64}}) {
+    Tensor base = arange(B * C * R, kFloat32).reshape({B, C, R});  // [B, C, R] contiguous
+    Tensor t = base.transpose(1, 2);                                 // [B, R, C], stride(-2) == 1
+    Tensor c = t.contiguous();
+    REQUIRE(c.is_contiguous());
+    auto v = c.to_vector<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t k = 0; k < C; ++k)
+          REQUIRE(v[(b * R + r) * C + k] == static_cast<float>((b * C + k) * R + r));
+    Tensor d = base.to(kFloat64).transpose(1, 2).contiguous();  // 8-byte elements
+    CHECK(d.to_vector<float>() == v);
+  }
+  // A batch dim that is itself strided: the plane offset must follow src's strides.
+  Tensor big = arange(4 * 40 * 50, kFloat32).reshape({4, 40, 50});
+  Tensor view = big.slice(0, 0, 4, 2).transpose(1, 2);  // [2, 50, 40]: view[b][r][c] = big[2b][c][r]
+  auto got = view.contiguous().to_vector<float>();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t r = 0; r < 50; ++r)
+      for (int64_t c = 0; c < 40; ++c)
+        REQUIRE(got[(b * 50 + r) * 40 + c] == static_cast<float>((2 * b * 40 + c) * 50 + r));
 }
