@@ -11,72 +11,6 @@
 namespace kiln::cpu {
 namespace {
 
-/// N operands walked together over one shape, with byte strides, neighbouring dims merged where
-/// every operand allows it. Unlike StridedIter it walks a sub-range serially, so callers can
-/// choose which positions a thread owns.
-template <int N>
-class Walk {
- public:
-  Walk(const Shape& sizes, const std::array<Shape, N>& strides) {
-    numel_ = shape_numel(sizes);
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] == 1) continue;
-      std::array<int64_t, N> st;
-      for (int k = 0; k < N; ++k) st[k] = strides[k][d];
-      if (!sizes_.empty()) {
-        bool merge = true;
-        for (int k = 0; k < N; ++k) merge &= strides_.back()[k] == st[k] * sizes[d];
-        if (merge) {
-          sizes_.back() *= sizes[d];
-          strides_.back() = st;
-          continue;
-        }
-      }
-      sizes_.push_back(sizes[d]);
-      strides_.push_back(st);
-    }
-    if (sizes_.empty()) {
-      sizes_.push_back(1);
-      strides_.push_back({});
-    }
-  }
-
-  int64_t numel() const { return numel_; }
-
-  /// Calls f(const int64_t* offsets, const int64_t* inner_strides, int64_t n), offsets and
-  /// strides in bytes, over innermost runs covering logical positions [begin, end).
-  template <class F>
-  void for_range(int64_t begin, int64_t end, const F& f) const {
-    if (begin >= end) return;
-    const int nd = static_cast<int>(sizes_.size());
-    const int64_t inner = sizes_[nd - 1];
-    std::vector<int64_t> idx(nd, 0);
-    int64_t rem = begin;
-    for (int d = nd - 1; d >= 0; --d) {
-      idx[d] = rem % sizes_[d];
-      rem /= sizes_[d];
-    }
-    for (int64_t pos = begin; pos < end;) {
-      const int64_t n = std::min(inner - idx[nd - 1], end - pos);
-      std::array<int64_t, N> off{};
-      for (int d = 0; d < nd; ++d)
-        for (int k = 0; k < N; ++k) off[k] += idx[d] * strides_[d][k];
-      f(off.data(), strides_[nd - 1].data(), n);
-      pos += n;
-      idx[nd - 1] += n;
-      for (int d = nd - 1; d > 0 && idx[d] == sizes_[d]; --d) {
-        idx[d] = 0;
-        ++idx[d - 1];
-      }
-    }
-  }
-
- private:
-  int64_t numel_ = 0;
-  std::vector<int64_t> sizes_;
-  std::vector<std::array<int64_t, N>> strides_;
-};
-
 Shape drop(const Shape& s, int64_t dim) {
   Shape out = s;
   out.erase(out.begin() + dim);
@@ -125,7 +59,7 @@ class IndexReader {
 void index_select_kernel(Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t m = index.numel();
   const IndexReader index_at(index);
-  Walk<2> w(drop(out.sizes(), dim), {byte_strides(out, dim), byte_strides(x, dim)});
+  StridedIter<2> w(drop(out.sizes(), dim), {byte_strides(out, dim), byte_strides(x, dim)});
   const int64_t rows = w.numel(), total = m * rows;
   if (total == 0) return;
   const int64_t es = static_cast<int64_t>(out.element_size());
@@ -155,7 +89,7 @@ void index_select_kernel(Tensor& out, const Tensor& x, int64_t dim, const Tensor
 void index_add_kernel(Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   const int64_t m = index.numel();
   const IndexReader index_at(index);
-  Walk<2> w(drop(src.sizes(), dim), {byte_strides(out, dim), byte_strides(src, dim)});
+  StridedIter<2> w(drop(src.sizes(), dim), {byte_strides(out, dim), byte_strides(src, dim)});
   const int64_t rows = w.numel();
   if (rows == 0 || m == 0) return;
   const int64_t es = static_cast<int64_t>(out.element_size());
@@ -180,7 +114,7 @@ void gather_kernel(Tensor& out, const Tensor& x, int64_t dim, const Tensor& inde
   Shape xs = byte_strides(x);
   const int64_t x_step = xs[dim];
   xs[dim] = 0;  // the index supplies the position along dim
-  Walk<3> w(index.sizes(), {byte_strides(out), xs, byte_strides(index)});
+  StridedIter<3> w(index.sizes(), {byte_strides(out), xs, byte_strides(index)});
   char* ob = static_cast<char*>(out.data_ptr());
   const char* xb = static_cast<const char*>(x.data_ptr());
   const char* ib = static_cast<const char*>(index.data_ptr());
@@ -198,7 +132,7 @@ void gather_kernel(Tensor& out, const Tensor& x, int64_t dim, const Tensor& inde
 }
 
 void scatter_add_kernel(Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  Walk<3> w(drop(index.sizes(), dim), {byte_strides(out, dim), byte_strides(index, dim), byte_strides(src, dim)});
+  StridedIter<3> w(drop(index.sizes(), dim), {byte_strides(out, dim), byte_strides(index, dim), byte_strides(src, dim)});
   const int64_t rows = w.numel(), m = index.sizes()[dim];
   if (rows == 0 || m == 0) return;
   const int64_t out_step = out.strides()[dim] * static_cast<int64_t>(out.element_size());

@@ -17,16 +17,76 @@ namespace kiln::cpu {
 template <int N>
 class StridedIter {
  public:
+  /// Operands are tensors of one shape (ops[0]'s); walks their elements.
   explicit StridedIter(std::array<const Tensor*, N> ops) {
-    const Shape& shape = ops[0]->sizes();
+    std::array<Shape, N> strides;
+    for (int k = 0; k < N; ++k) {
+      base_[k] = static_cast<char*>(ops[k]->data_ptr());
+      strides[k] = ops[k]->strides();
+      for (int64_t& st : strides[k]) st *= static_cast<int64_t>(ops[k]->element_size());
+    }
+    init(ops[0]->sizes(), strides);
+  }
+
+  /// Geometry only: byte strides per operand over `sizes` (for kernels that address memory
+  /// themselves, e.g. through an index); use for_range, not run.
+  StridedIter(const Shape& sizes, const std::array<Shape, N>& byte_strides) {
+    base_.fill(nullptr);
+    init(sizes, byte_strides);
+  }
+
+  int64_t numel() const { return numel_; }
+
+  /// Calls f(const int64_t* byte_offsets, const int64_t* inner_strides, int64_t n) over the
+  /// innermost runs covering logical positions [begin, end), serially.
+  template <class F>
+  void for_range(int64_t begin, int64_t end, const F& f) const {
+    if (begin >= end) return;
+    const int nd = static_cast<int>(sizes_.size());
+    const int64_t inner = sizes_[nd - 1];
+    std::vector<int64_t> idx(nd, 0);
+    int64_t rem = begin;
+    for (int d = nd - 1; d >= 0; --d) {
+      idx[d] = rem % sizes_[d];
+      rem /= sizes_[d];
+    }
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t n = std::min(inner - idx[nd - 1], end - pos);
+      std::array<int64_t, N> off{};
+      for (int d = 0; d < nd; ++d)
+        for (int k = 0; k < N; ++k) off[k] += idx[d] * strides_[d][k];
+      f(off.data(), strides_[nd - 1].data(), n);
+      pos += n;
+      idx[nd - 1] += n;
+      for (int d = nd - 1; d > 0 && idx[d] == sizes_[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  }
+
+  /// Calls loop(char* ptrs[N], const int64_t strides[N], int64_t n) over innermost runs,
+  /// in parallel chunks of at least `grain` elements.
+  template <class Loop>
+  void run(const Loop& loop, int64_t grain = kGrainSize) const {
+    parallel_for(0, numel_, grain, [&](int64_t begin, int64_t end) {
+      for_range(begin, end, [&](const int64_t* off, const int64_t* inner_strides, int64_t n) {
+        std::array<char*, N> ptrs;
+        for (int k = 0; k < N; ++k) ptrs[k] = base_[k] + off[k];
+        loop(ptrs.data(), inner_strides, n);
+      });
+    });
+  }
+
+ private:
+  // Keeps non-trivial dims (outermost first), merging neighbours that are contiguous with each
+  // other in every operand.
+  void init(const Shape& shape, const std::array<Shape, N>& strides) {
     numel_ = shape_numel(shape);
-    for (int k = 0; k < N; ++k) base_[k] = static_cast<char*>(ops[k]->data_ptr());
-    // Keep non-trivial dims (outermost first), then merge neighbours that are contiguous
-    // with each other in every operand.
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;
       std::array<int64_t, N> st;
-      for (int k = 0; k < N; ++k) st[k] = ops[k]->strides()[d] * static_cast<int64_t>(ops[k]->element_size());
+      for (int k = 0; k < N; ++k) st[k] = strides[k][d];
       if (!sizes_.empty()) {
         bool merge = true;
         for (int k = 0; k < N; ++k) merge &= strides_.back()[k] == st[k] * shape[d];
@@ -45,43 +105,6 @@ class StridedIter {
     }
   }
 
-  int64_t numel() const { return numel_; }
-
-  /// Calls loop(char* ptrs[N], const int64_t strides[N], int64_t n) over innermost runs,
-  /// in parallel chunks of at least `grain` elements.
-  template <class Loop>
-  void run(const Loop& loop, int64_t grain = kGrainSize) const {
-    if (numel_ == 0) return;
-    const int nd = static_cast<int>(sizes_.size());
-    const int64_t inner = sizes_[nd - 1];
-    parallel_for(0, numel_, grain, [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> idx(nd, 0);
-      int64_t rem = begin;
-      for (int d = nd - 1; d >= 0; --d) {
-        idx[d] = rem % sizes_[d];
-        rem /= sizes_[d];
-      }
-      int64_t pos = begin;
-      while (pos < end) {
-        int64_t n = std::min(inner - idx[nd - 1], end - pos);
-        std::array<char*, N> ptrs;
-        for (int k = 0; k < N; ++k) {
-          char* p = base_[k];
-          for (int d = 0; d < nd; ++d) p += idx[d] * strides_[d][k];
-          ptrs[k] = p;
-        }
-        loop(ptrs.data(), strides_[nd - 1].data(), n);
-        pos += n;
-        idx[nd - 1] += n;
-        for (int d = nd - 1; d > 0 && idx[d] == sizes_[d]; --d) {
-          idx[d] = 0;
-          ++idx[d - 1];
-        }
-      }
-    });
-  }
-
- private:
   int64_t numel_ = 0;
   std::array<char*, N> base_;
   std::vector<int64_t> sizes_;
