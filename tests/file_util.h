@@ -1,17 +1,19 @@
-// Test helpers for file formats: a scratch directory, whole-file byte I/O, and the message of
-// the kiln::Error a call throws.
+// Test helpers for file formats: a scratch directory, whole-file byte I/O, the message of the
+// kiln::Error a call throws, and byte-exact tensor comparison for round trips.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace kiln::test {
 
@@ -44,6 +46,16 @@ template <class F> std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// Same dtype, shape and bytes.
+inline bool identical(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  Tensor x = a.contiguous(), y = b.contiguous();
+  const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();
+  return nbytes == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), nbytes) == 0;
 }
 
 }  // namespace kiln::test

@@ -47,6 +47,12 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op, const c
   KILN_CHECK(a.device() == b.device(), "{}: {} is on {} but the input is on {}", op, what, b.device(), a.device());
 }
 
+/// The values added by scatter_add / index_add: same device and dtype as the input.
+void check_src(const Tensor& x, const Tensor& src, const char* op) {
+  check_same_device(x, src, op, "src");
+  KILN_CHECK(src.dtype() == x.dtype(), "{}: src has dtype {} but the input has dtype {}", op, src.dtype(), x.dtype());
+}
+
 Tensor clone_plain(const Tensor& x) {
   Tensor out = make_tensor(x.sizes(), x.dtype(), x.device());
   kernels::copy[x.device()](out, x);
@@ -111,9 +117,7 @@ Tensor gather_forward(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
   check_same_device(x, index, "scatter_add", "index");
-  check_same_device(x, src, "scatter_add", "src");
-  KILN_CHECK(src.dtype() == x.dtype(), "scatter_add: src has dtype {} but the input has dtype {}", src.dtype(),
-             x.dtype());
+  check_src(x, src, "scatter_add");
   Tensor idx = index_as_i64(index, "scatter_add");
   check_scatter_gather_shapes(x, d, idx, &src, "scatter_add");
   check_index_range(idx, as_1d(x).sizes()[d], d, "scatter_add");
@@ -144,9 +148,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   KILN_CHECK(x.dim() > 0, "index_add: the input must have at least one dim");
   const int64_t d = wrap_dim(dim, x.dim(), "index_add");
   check_same_device(x, index, "index_add", "index");
-  check_same_device(x, src, "index_add", "src");
-  KILN_CHECK(src.dtype() == x.dtype(), "index_add: src has dtype {} but the input has dtype {}", src.dtype(),
-             x.dtype());
+  check_src(x, src, "index_add");
   Tensor idx = vector_index(index, "index_add");
   Shape want = x.sizes();
   want[d] = idx.numel();

@@ -34,17 +34,6 @@ struct Tiny : Module {
   std::shared_ptr<Linear> head;
 };
 
-
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-bool identical(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor x = a.contiguous(), y = b.contiguous();
-  const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();
-  return nbytes == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), nbytes) == 0;
-}
-
 /// Deep copies, to compare against after a refused load.
 std::map<std::string, Tensor> snapshot(const std::map<std::string, Tensor>& state) {
   std::map<std::string, Tensor> out;

@@ -20,7 +20,6 @@ using namespace kiln::test;
 
 namespace {
 
-
 std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uint8_t>& data) {
   std::vector<uint8_t> b;
   b.reserve(8 + header.size() + data.size());
@@ -28,17 +27,6 @@ std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uin
   for (char c : header) b.push_back(static_cast<uint8_t>(c));
   for (uint8_t c : data) b.push_back(c);
   return b;
-}
-
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-/// Same dtype, shape and bytes.
-bool identical(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor x = a.contiguous(), y = b.contiguous();
-  const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();
-  return nbytes == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), nbytes) == 0;
 }
 
 std::map<std::string, Tensor> every_dtype() {
