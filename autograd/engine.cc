@@ -30,12 +30,39 @@ Tensor conform(Tensor g, const InputMeta& meta, const Node& node, size_t i) {
 
 Tensor accumulate(const Tensor& a, const Tensor& b) { return a.defined() ? a + b : b; }
 
+// The callbacks of the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Installs a callback list for one backward pass and restores the outer one (a hook may run a
+// nested backward) even when the pass throws.
+class CallbackScope {
+ public:
+  CallbackScope() : outer_(t_callbacks) { t_callbacks = &callbacks_; }
+  ~CallbackScope() { t_callbacks = outer_; }
+  void run() {
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      auto fn = std::move(callbacks_[i]);  // a callback may queue more (and reallocate)
+      fn();
+    }
+  }
+
+ private:
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>>* outer_;
+};
+
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  KILN_CHECK(t_callbacks != nullptr, "queue_callback: called outside a backward pass");
+  t_callbacks->push_back(std::move(fn));
+}
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
   KILN_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
              "backward: {} roots but {} gradients", roots.size(), grad_roots.size());
   NoGradGuard no_grad;
+  CallbackScope callbacks;
 
   // Seed the roots.
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
@@ -128,6 +155,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
       }
     }
   }
+  callbacks.run();
 }
 
 }  // namespace kiln::autograd

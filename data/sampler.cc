@@ -56,4 +56,25 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const { return random_permutation(n_, seed_, epoch); }
 
+DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool shuffle, uint64_t seed,
+                                       bool drop_last)
+    : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+  KILN_CHECK(n >= 0, "DistributedSampler: size must be non-negative, got {}", n);
+  KILN_CHECK(world_size >= 1, "DistributedSampler: world_size must be at least 1, got {}", world_size);
+  KILN_CHECK(rank >= 0 && rank < world_size, "DistributedSampler: rank {} is out of range for world_size {}", rank,
+             world_size);
+  per_rank_ = drop_last ? n / world_size : (n + world_size - 1) / world_size;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> order = shuffle_ ? random_permutation(n_, seed_, epoch) : SequentialSampler(n_).indices(epoch);
+  const int64_t total = per_rank_ * world_size_;
+  // Pad by wrapping around (more than once when n < world_size).
+  for (int64_t i = n_; i < total; ++i) order.push_back(order[static_cast<size_t>((i - n_) % n_)]);
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t i = rank_; i < total; i += world_size_) mine.push_back(order[static_cast<size_t>(i)]);
+  return mine;
+}
+
 }  // namespace kiln::data

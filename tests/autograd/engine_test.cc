@@ -188,3 +188,31 @@ TEST_CASE("a hook registered after an in-place op sees the gradient") {
   CHECK(calls == 1);
   CHECK(x.grad().to_vector<double>() == std::vector<double>{6, 6});
 }
+
+TEST_CASE("queue_callback runs after the whole graph was walked, in order, and its error reaches backward") {
+  Tensor w = randn({3}).set_requires_grad();
+  Tensor v = randn({3}).set_requires_grad();
+  std::vector<std::string> log;
+  w.register_post_accumulate_grad_hook([&](const Tensor&) {
+    log.push_back("w");
+    autograd::queue_callback([&] {
+      log.push_back(fmt::format("first v.grad={}", v.grad().defined()));
+      autograd::queue_callback([&] { log.push_back("queued by a callback"); });
+    });
+    autograd::queue_callback([&] { log.push_back("second"); });
+  });
+  v.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("v"); });
+  ((w * 2).sum() + (v * 3).sum()).backward();
+  REQUIRE(log.size() == 5);
+  CHECK(log[3] == "second");
+  CHECK(log[2] == "first v.grad=true");
+  CHECK(log[4] == "queued by a callback");
+
+  CHECK_THROWS_WITH_AS(autograd::queue_callback([] {}), doctest::Contains("outside a backward pass"), kiln::Error);
+  Tensor u = randn({2}).set_requires_grad();
+  u.register_post_accumulate_grad_hook([](const Tensor&) { autograd::queue_callback([] { kiln::fail("boom"); }); });
+  CHECK_THROWS_WITH_AS(u.sum().backward(), doctest::Contains("boom"), kiln::Error);
+  // The failed pass left no callback list behind.
+  CHECK_THROWS_WITH_AS(autograd::queue_callback([] {}), doctest::Contains("outside a backward pass"), kiln::Error);
+}
+
