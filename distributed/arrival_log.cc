@@ -1,0 +1,93 @@
+#include "distributed/arrival_log.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+
+namespace kiln::dist {
+namespace {
+std::string key(int rank) { return fmt::format("arrived/{}", rank); }
+}  // namespace
+
+ArrivalLog::ArrivalLog(std::shared_ptr<Store> store, int rank, int size, Millis linger)
+    : store_(std::move(store)), rank_(rank), size_(size), linger_(linger), publisher_([this] { publish_loop(); }) {}
+
+ArrivalLog::~ArrivalLog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  publisher_.join();
+}
+
+void ArrivalLog::entered(uint64_t seq) {
+  entered_.store(seq, std::memory_order_relaxed);
+  cv_.notify_one();
+}
+
+void ArrivalLog::publish_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || entered_.load(std::memory_order_relaxed) != published_; });
+    if (stop_) return;
+    uint64_t seq = entered_.load(std::memory_order_relaxed);
+    lock.unlock();
+    try {
+      store_->set(key(rank_), std::to_string(seq));
+    } catch (const std::exception&) {
+      // The store is gone (its rank died): failures are reported by the collectives themselves.
+    }
+    lock.lock();
+    published_ = seq;
+  }
+}
+
+int64_t ArrivalLog::published_seq(int rank) {
+  if (!store_->check({key(rank)})) return 0;
+  return std::stoll(store_->get_string(key(rank)));
+}
+
+std::vector<int> ArrivalLog::missing(uint64_t seq, Millis grace) {
+  entered(seq);
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  while (true) {
+    std::vector<int> late;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && published_seq(r) < static_cast<int64_t>(seq)) late.push_back(r);
+    if (late.empty() || std::chrono::steady_clock::now() >= deadline) return late;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string ArrivalLog::describe_failure(const std::string& name, uint64_t seq, double seconds,
+                                         const std::string& cause) {
+  std::string who;
+  try {
+    std::vector<int> late = missing(seq, Millis(500));
+    if (late.empty()) {
+      who = "every rank entered it";
+    } else {
+      std::vector<std::string> last;
+      for (int r : late) last.push_back(fmt::format("rank {} last entered #{}", r, published_seq(r)));
+      who = fmt::format("ranks {} did not arrive ({})", late, fmt::join(last, ", "));
+    }
+    // Rank 0 hosts the store: it stays up (bounded) until the other ranks that got here have
+    // read what they need from it.
+    const std::string described = fmt::format("described/{}", seq);
+    int64_t count = store_->add(described, 1);
+    const auto until = std::chrono::steady_clock::now() + linger_;
+    while (rank_ == 0 && count < size_ - static_cast<int64_t>(late.size()) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      count = store_->add(described, 0);
+    }
+  } catch (const std::exception& e) {
+    if (who.empty()) who = fmt::format("could not ask the store which ranks arrived ({})", e.what());
+  }
+  return fmt::format("{} #{} failed after {:.1f} s on rank {}: {}; cause: {}", name, seq, seconds, rank_, who,
+                     cause);
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,85 @@
+// DistributedDataParallel: the same model on every rank, each on its own share of the data;
+// gradients are averaged across ranks during backward, so after `backward()` returns every
+// rank holds the gradient of the mean loss over the concatenated batch, and the optimizer steps
+// identically everywhere.
+//
+//   auto pg = dist::init_process_group();                 // env:// (set by //distributed:launch)
+//   dist::DistributedDataParallel ddp(model, pg);          // checks models agree, syncs rank 0's
+//   Tensor loss = nn::functional::cross_entropy(ddp(x), y);
+//   loss.backward();                                       // buckets all-reduce while it runs
+//   optimizer.step();
+//
+// Unlike PyTorch's, this wrapper is not itself a Module: `module()` is the model, so checkpoints
+// have the same keys with and without data parallel.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace kiln::dist {
+
+struct DDPOptions {
+  double first_bucket_mb = 1;
+  double bucket_cap_mb = 25;
+  /// Allow parameters that get no gradient in some step (reduced as zeros); off, such a
+  /// parameter is an error that names it.
+  bool find_unused_parameters = false;
+  /// Broadcast rank 0's buffers (e.g. batch-norm running statistics) before every forward.
+  bool broadcast_buffers = true;
+  /// false: a single all-reduce of all gradients after backward (no overlap), for comparison.
+  bool overlap = true;
+};
+
+class DistributedDataParallel {
+ public:
+  /// Checks that every rank holds the same parameter and buffer names, shapes and dtypes (an
+  /// error naming the first difference otherwise, on every rank), then copies rank 0's values
+  /// to all ranks.
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> pg,
+                          DDPOptions options = {});
+
+  /// Runs the module; when grad mode is on and not inside no_sync(), the next backward
+  /// all-reduces the gradients.
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  /// While the guard lives, backward passes only accumulate into `.grad` locally (gradient
+  /// accumulation); the first synchronised backward after it reduces the accumulated sum.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_) { ddp_.sync_ = false; }
+    ~NoSyncGuard() { ddp_.sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool prev_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  nn::Module& module() { return *module_; }
+  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
+  ProcessGroup& process_group() { return *pg_; }
+  /// Communication timings of the last synchronised backward.
+  const ReducerStats& stats() const { return reducer_->stats(); }
+  /// Parameter names per gradient bucket, in the order their all-reduces are launched.
+  std::vector<std::vector<std::string>> bucket_names() const { return reducer_->bucket_names(); }
+
+ private:
+  void check_same_model();
+  void broadcast_state(bool buffers_only);
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<ProcessGroup> pg_;
+  DDPOptions options_;
+  std::shared_ptr<Reducer> reducer_;
+  bool sync_ = true;
+};
+
+}  // namespace kiln::dist

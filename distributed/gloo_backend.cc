@@ -1,0 +1,339 @@
+#include "distributed/gloo_backend.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops.h"
+
+namespace kiln::dist {
+namespace {
+
+// Gloo's rendezvous talks to Kiln's store.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(std::shared_ptr<dist::Store> s) : s_(std::move(s)) {}
+  void set(const std::string& key, const std::vector<char>& v) override {
+    s_->set(key, Bytes(v.begin(), v.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    Bytes b = s_->get(key);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { s_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override { s_->wait(keys, t); }
+
+ private:
+  std::shared_ptr<dist::Store> s_;
+};
+
+using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
+
+template <class T, class Op>
+ReduceFn elementwise(Op op) {
+  return [op](void* c, const void* a, const void* b, size_t n) {
+    using acc = opmath_t<T>;
+    T* out = static_cast<T*>(c);
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(op(static_cast<acc>(x[i]), static_cast<acc>(y[i])));
+  };
+}
+
+template <class T>
+ReduceFn reducer(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return elementwise<T>([](auto x, auto y) { return x + y; });
+    case ReduceOp::kMax: return elementwise<T>([](auto x, auto y) { return x < y ? y : x; });
+    case ReduceOp::kMin: return elementwise<T>([](auto x, auto y) { return y < x ? y : x; });
+  }
+  fail("reduce op {} is unknown", static_cast<int>(op));
+}
+
+/// A contiguous host tensor the collective can read and write: `t` itself when it already is
+/// one, else a copy that `unstage` writes back.
+Tensor stage(const Tensor& t) {
+  if (t.device() == kCPU && t.is_contiguous()) return t;
+  return t.to(kCPU).contiguous();
+}
+void unstage(const Tensor& user, const Tensor& host) {
+  if (!host.is_same(user)) Tensor(user).copy_(host);
+}
+
+void check_tensor(const char* op, const Tensor& t) {
+  KILN_CHECK(t.defined(), "{}: the tensor is undefined", op);
+}
+
+void check_rank(const char* op, const char* what, int r, int size) {
+  KILN_CHECK(r >= 0 && r < size, "{}: {} {} is out of range for a group of {} ranks", op, what, r, size);
+}
+
+void check_avg(const char* op, ReduceOp rop, const Tensor& t) {
+  KILN_CHECK(rop != ReduceOp::kAvg || t.is_floating_point(), "{}: avg needs a floating dtype, got {}", op,
+             t.dtype());
+}
+
+}  // namespace
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options)
+    : ProcessGroup(rank, size, options.timeout), store_(std::move(store)) {
+  KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroupGloo: rank {} is out of range for size {}", rank,
+             size);
+  gloo::transport::tcp::attr attr;
+  if (!options.iface.empty())
+    attr.iface = options.iface;
+  else
+    attr.hostname = options.hostname;
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(options.timeout);
+  GlooStore gloo_store(std::make_shared<PrefixStore>("gloo", store_));
+  try {
+    context->connectFullMesh(gloo_store, device);
+  } catch (const std::exception& e) {
+    fail("ProcessGroupGloo: rank {} of {} could not connect to its peers at {}: {}", rank, size,
+         options.iface.empty() ? options.hostname : options.iface, e.what());
+  }
+  context_ = context;
+  arrivals_ = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress", store_), rank, size,
+                                           std::min<Millis>(options.timeout, std::chrono::seconds(30)));
+  worker_ = std::thread([this] { worker_loop(); });
+  p2p_worker_ = std::thread([this] { p2p_loop(); });
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  p2p_worker_.join();
+}
+
+WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later) {
+  auto work = std::make_shared<Work>(name, ++next_seq_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    KILN_CHECK(!stop_, "{}: the process group is shut down", name);
+    queue_.push_back(Task{work, std::move(run), completes_later});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
+  double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
+  std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
+  task.work->finish(std::make_exception_ptr(Error(msg)));
+}
+
+void ProcessGroupGloo::worker_loop() {
+  NoGradGuard no_grad;  // results are written into tensors in place, leaves included
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task.work->mark_started();
+    arrivals_->entered(task.work->seq());
+    try {
+      task.run(task);
+      if (!task.completes_later) task.work->finish();
+    } catch (const std::exception& e) {
+      fail_work(task, e);
+    }
+  }
+}
+
+void ProcessGroupGloo::p2p_loop() {
+  NoGradGuard no_grad;
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || !p2p_queue_.empty(); });
+      if (p2p_queue_.empty()) return;
+      task = std::move(p2p_queue_.front());
+      p2p_queue_.pop_front();
+    }
+    try {
+      task.run(task);
+      task.work->finish();
+    } catch (const std::exception& e) {
+      fail_work(task, e);
+    }
+  }
+}
+
+WorkPtr ProcessGroupGloo::allreduce(Tensor t, ReduceOp op) {
+  check_tensor("allreduce", t);
+  check_avg("allreduce", op, t);
+  return enqueue("allreduce", [this, t, op](const Task& task) {
+    Tensor h = stage(t);
+    KILN_DISPATCH_ALL(h.dtype(), "allreduce", [&]<class T>() {
+      gloo::AllreduceOptions o(context_);
+      o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
+      o.setReduceFunction(reducer<T>(op));
+      o.setTag(tag(task.work->seq()));
+      o.setTimeout(timeout_);
+      gloo::allreduce(o);
+    });
+    if (op == ReduceOp::kAvg) h.div_(size_);
+    unstage(t, h);
+  });
+}
+
+WorkPtr ProcessGroupGloo::broadcast(Tensor t, int root) {
+  check_tensor("broadcast", t);
+  check_rank("broadcast", "root", root, size_);
+  return enqueue("broadcast", [this, t, root](const Task& task) {
+    Tensor h = stage(t);
+    KILN_DISPATCH_ALL(h.dtype(), "broadcast", [&]<class T>() {
+      gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
+      o.setRoot(root);
+      o.setTag(tag(task.work->seq()));
+      o.setTimeout(timeout_);
+      gloo::broadcast(o);
+    });
+    unstage(t, h);
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce(Tensor t, int root, ReduceOp op) {
+  check_tensor("reduce", t);
+  check_rank("reduce", "root", root, size_);
+  check_avg("reduce", op, t);
+  return enqueue("reduce", [this, t, root, op](const Task& task) {
+    Tensor h = stage(t);
+    // Gloo's reduce leaves partial sums in non-root outputs: reduce a copy there.
+    Tensor buf = rank_ == root ? h : h.clone();
+    KILN_DISPATCH_ALL(h.dtype(), "reduce", [&]<class T>() {
+      gloo::ReduceOptions o(context_);
+      o.setOutput(static_cast<T*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
+      o.setRoot(root);
+      o.setReduceFunction(reducer<T>(op));
+      o.setTag(tag(task.work->seq()));
+      o.setTimeout(timeout_);
+      gloo::reduce(o);
+    });
+    if (rank_ == root) {
+      if (op == ReduceOp::kAvg) h.div_(size_);
+      unstage(t, h);
+    }
+  });
+}
+
+WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor> outputs, Tensor input) {
+  check_tensor("allgather", input);
+  KILN_CHECK(static_cast<int>(outputs.size()) == size_, "allgather: {} output tensors for a group of {} ranks",
+             outputs.size(), size_);
+  for (size_t r = 0; r < outputs.size(); ++r)
+    KILN_CHECK(outputs[r].defined() && outputs[r].sizes() == input.sizes() && outputs[r].dtype() == input.dtype(),
+               "allgather: output {} is {} {}, the input is {} {}", r,
+               outputs[r].defined() ? outputs[r].shape_str() : "undefined",
+               outputs[r].defined() ? dtype_name(outputs[r].dtype()) : "", input.shape_str(),
+               dtype_name(input.dtype()));
+  return enqueue("allgather", [this, outputs, input](const Task& task) {
+    Tensor in = stage(input);
+    Tensor all = empty({size_ * in.numel()}, dtype(in.dtype()));
+    KILN_DISPATCH_ALL(in.dtype(), "allgather", [&]<class T>() {
+      gloo::AllgatherOptions o(context_);
+      o.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
+      o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
+      o.setTag(tag(task.work->seq()));
+      o.setTimeout(timeout_);
+      gloo::allgather(o);
+    });
+    for (int r = 0; r < size_; ++r)
+      Tensor(outputs[r]).copy_(all.narrow(0, r * in.numel(), in.numel()).view(input.sizes()));
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) {
+  check_tensor("reduce_scatter", output);
+  check_avg("reduce_scatter", op, output);
+  KILN_CHECK(static_cast<int>(inputs.size()) == size_, "reduce_scatter: {} input tensors for a group of {} ranks",
+             inputs.size(), size_);
+  for (size_t r = 0; r < inputs.size(); ++r)
+    KILN_CHECK(inputs[r].defined() && inputs[r].sizes() == output.sizes() && inputs[r].dtype() == output.dtype(),
+               "reduce_scatter: input {} does not match the output's shape {} and dtype {}", r, output.shape_str(),
+               dtype_name(output.dtype()));
+  // Gloo has no reduce-scatter with the options API: an all-reduce of the concatenation, of
+  // which each rank keeps its slice (twice the traffic of a ring reduce-scatter).
+  return enqueue("reduce_scatter", [this, output, inputs, op](const Task& task) {
+    int64_t n = output.numel();
+    Tensor all = empty({size_ * n}, dtype(output.dtype()));
+    for (int r = 0; r < size_; ++r) all.narrow(0, r * n, n).copy_(inputs[r].reshape({n}));
+    KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
+      gloo::AllreduceOptions o(context_);
+      o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
+      o.setReduceFunction(reducer<T>(op));
+      o.setTag(tag(task.work->seq()));
+      o.setTimeout(timeout_);
+      gloo::allreduce(o);
+    });
+    Tensor mine = all.narrow(0, rank_ * n, n).view(output.sizes());
+    if (op == ReduceOp::kAvg) mine.div_(size_);
+    Tensor(output).copy_(mine);
+  });
+}
+
+WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) {
+  check_tensor("send", t);
+  check_rank("send", "destination", dst, size_);
+  KILN_CHECK(dst != rank_, "send: rank {} cannot send to itself", rank_);
+  return enqueue("send", [this, t, dst, tag_](const Task& task) {
+    Tensor h = stage(t);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buf =
+        context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
+    buf->send(dst, static_cast<uint64_t>(tag_));
+    std::lock_guard<std::mutex> lock(mu_);
+    p2p_queue_.push_back(Task{task.work, [this, buf, h](const Task&) {
+                                if (!buf->waitSend(timeout_)) kiln::fail("send was aborted");
+                              }});
+    cv_.notify_all();
+  }, /*completes_later=*/true);
+}
+
+WorkPtr ProcessGroupGloo::recv(Tensor t, int src, int tag_) {
+  check_tensor("recv", t);
+  check_rank("recv", "source", src, size_);
+  KILN_CHECK(src != rank_, "recv: rank {} cannot receive from itself", rank_);
+  return enqueue("recv", [this, t, src, tag_](const Task& task) {
+    Tensor h = stage(t);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buf =
+        context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
+    buf->recv(src, static_cast<uint64_t>(tag_));
+    std::lock_guard<std::mutex> lock(mu_);
+    p2p_queue_.push_back(Task{task.work, [this, buf, h, t](const Task&) {
+                                if (!buf->waitRecv(timeout_)) kiln::fail("recv was aborted");
+                                unstage(t, h);
+                              }});
+    cv_.notify_all();
+  }, /*completes_later=*/true);
+}
+
+WorkPtr ProcessGroupGloo::barrier() {
+  return enqueue("barrier", [this](const Task& task) {
+    gloo::BarrierOptions o(context_);
+    o.setTag(tag(task.work->seq()));
+    o.setTimeout(timeout_);
+    gloo::barrier(o);
+  });
+}
+
+}  // namespace kiln::dist

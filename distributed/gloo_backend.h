@@ -1,0 +1,74 @@
+// The Gloo backend: CPU tensors over TCP (CUDA tensors are staged through host memory).
+// Collectives run in issue order on one communication thread per group (the thread data
+// parallel overlaps with backward); sends and receives are posted there and completed on a
+// second thread, so a rank may have a send and a receive in flight at once.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "distributed/arrival_log.h"
+#include "distributed/process_group.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace kiln::dist {
+
+struct GlooOptions {
+  Millis timeout{std::chrono::seconds(300)};
+  /// Address this rank listens on for its peers ("127.0.0.1" for a one-machine job).
+  std::string hostname = "127.0.0.1";
+  /// Or a network interface name (as GLOO_SOCKET_IFNAME); wins over hostname when set.
+  std::string iface;
+};
+
+class ProcessGroupGloo final : public ProcessGroup {
+ public:
+  /// Connects a full mesh among `size` ranks through `store` (blocks until all have joined).
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options = {});
+  ~ProcessGroupGloo() override;
+
+  std::string backend() const override { return "gloo"; }
+  WorkPtr allreduce(Tensor t, ReduceOp op) override;
+  WorkPtr broadcast(Tensor t, int root) override;
+  WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
+  WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) override;
+  WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override;
+  WorkPtr send(Tensor t, int dst, int tag) override;
+  WorkPtr recv(Tensor t, int src, int tag) override;
+  WorkPtr barrier() override;
+
+ private:
+  struct Task {
+    WorkPtr work;
+    std::function<void(const Task&)> run;
+    bool completes_later = false;  // a posted send/recv, finished by p2p_loop
+  };
+  WorkPtr enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later = false);
+  void worker_loop();
+  void p2p_loop();
+  void fail_work(const Task& task, const std::exception& e);
+  uint32_t tag(uint64_t seq) const { return static_cast<uint32_t>(seq); }
+
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<ArrivalLog> arrivals_;
+  uint64_t next_seq_ = 0;  // issue order (the caller's thread)
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  std::deque<Task> p2p_queue_;  // posted sends/receives awaiting completion
+  bool stop_ = false;
+  std::thread worker_;
+  std::thread p2p_worker_;
+};
+
+}  // namespace kiln::dist

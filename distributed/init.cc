@@ -1,0 +1,83 @@
+#include "distributed/init.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.h"
+#include "distributed/gloo_backend.h"
+#include "distributed/rendezvous.h"
+
+namespace kiln::dist {
+namespace {
+
+std::mutex g_mu;
+std::shared_ptr<ProcessGroup> g_default;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+/// The address this rank's peers reach it at: loopback for a one-machine job, else the host's
+/// name (GLOO_SOCKET_IFNAME / KILN_GLOO_HOSTNAME override).
+GlooOptions gloo_options(Millis timeout) {
+  GlooOptions o;
+  o.timeout = timeout;
+  o.iface = env_or("GLOO_SOCKET_IFNAME", "");
+  std::string master = env_or("MASTER_ADDR", "127.0.0.1");
+  char host[256] = {};
+  if (!is_loopback(master) && gethostname(host, sizeof host - 1) == 0) o.hostname = host;
+  o.hostname = env_or("KILN_GLOO_HOSTNAME", o.hostname);
+  return o;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  KILN_CHECK(options.backend == "gloo" || options.backend == "nccl",
+             "init_process_group: backend '{}' is unknown (gloo or nccl)", options.backend);
+  KILN_CHECK(options.backend != "nccl",
+             "init_process_group: backend 'nccl' needs Kiln's CUDA backend, which this build does not have; "
+             "use 'gloo'");
+  Rendezvous rv = rendezvous(options.init_method, options.rank, options.world_size, options.timeout);
+  auto pg = std::make_shared<ProcessGroupGloo>(rv.store, rv.rank, rv.world_size, gloo_options(options.timeout));
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_default = pg;
+  return pg;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_default != nullptr;
+}
+
+std::shared_ptr<ProcessGroup> default_group() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  KILN_CHECK(g_default != nullptr, "default_group: call init_process_group() first");
+  return g_default;
+}
+
+int get_rank() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_default ? g_default->rank() : 0;
+}
+
+int get_world_size() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_default ? g_default->size() : 1;
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_default = nullptr;
+}
+
+bool launched_with_world() { return std::atoi(env_or("WORLD_SIZE", "1").c_str()) > 1; }
+
+}  // namespace kiln::dist

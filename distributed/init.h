@@ -1,0 +1,38 @@
+// Starting a distributed job, as torch.distributed.init_process_group: rendezvous through a
+// store (env://, tcp://host:port or file:///path), then a process group on the chosen backend.
+// The group is also kept as the default one.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distributed/process_group.h"
+
+namespace kiln::dist {
+
+struct InitOptions {
+  /// "gloo" (CPU tensors; CUDA tensors staged through the host) or "nccl" (CUDA tensors).
+  std::string backend = "gloo";
+  /// "env://" reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (what //distributed:launch
+  /// sets); "tcp://host:port" and "file:///path" take rank and world_size from here or the env.
+  std::string init_method = "env://";
+  int rank = -1;
+  int world_size = -1;
+  /// Rendezvous and per-collective timeout.
+  Millis timeout{std::chrono::seconds(300)};
+};
+
+/// Joins the job; blocks until every rank has joined (or the timeout says who did not).
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+bool is_initialized();
+/// The group made by the last init_process_group (throws if none).
+std::shared_ptr<ProcessGroup> default_group();
+int get_rank();        // 0 when not initialised
+int get_world_size();  // 1 when not initialised
+/// Drops the default group (its threads stop once nobody else holds it).
+void destroy_process_group();
+
+/// True when the environment describes a multi-process job (WORLD_SIZE set and > 1).
+bool launched_with_world();
+
+}  // namespace kiln::dist

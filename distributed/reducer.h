@@ -1,0 +1,83 @@
+// The gradient reducer behind DistributedDataParallel. Parameters are grouped into buckets in
+// reverse registration order (roughly the order backward produces their gradients): a small
+// first bucket so communication starts early, then buckets up to a cap. As each parameter's
+// gradient is accumulated, its hook copies it into its bucket; when a bucket is full, and every
+// bucket before it has been launched, its all-reduce starts on the process group's thread while
+// backward goes on. Launching strictly in bucket order keeps every rank's collectives in the
+// same order whatever order its hooks fire in. At the end of backward (an engine callback) the
+// reducer waits for the reductions and writes the averaged gradients back into `.grad`.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "distributed/process_group.h"
+
+namespace kiln::dist {
+
+struct ReducerOptions {
+  int64_t first_bucket_bytes = 1 << 20;
+  int64_t bucket_cap_bytes = 25 << 20;
+  /// Parameters that get no gradient in a backward are reduced as zeros instead of an error.
+  bool find_unused_parameters = false;
+  /// false: one all-reduce over every gradient after backward ends (the baseline overlap is
+  /// measured against).
+  bool overlap = true;
+};
+
+/// Timings of the last synchronised backward pass.
+struct ReducerStats {
+  int buckets = 0;
+  double comm_seconds = 0;     // sum over buckets of the time their all-reduce ran
+  double exposed_seconds = 0;  // time backward waited for communication after the graph walk
+};
+
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  /// Builds the buckets and registers a gradient hook on every parameter (the hooks hold the
+  /// reducer weakly: they do nothing once it is gone).
+  static std::shared_ptr<Reducer> create(std::vector<std::string> names, std::vector<Tensor> params,
+                                         std::shared_ptr<ProcessGroup> pg, ReducerOptions options);
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// Arms the reducer for the next backward (called by DDP's forward in a synchronised step).
+  void prepare_for_backward();
+  /// Disarms it: the next backward accumulates locally (no_sync).
+  void disarm() { armed_ = false; }
+  const ReducerStats& stats() const { return stats_; }
+  /// Parameter names per bucket, in launch order.
+  std::vector<std::vector<std::string>> bucket_names() const;
+
+ private:
+  Reducer(std::vector<std::string> names, std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg,
+          ReducerOptions options);
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offsets; // element offset of each in `flat`
+    Tensor flat;
+    int pending = 0;
+    WorkPtr work;
+  };
+  void build_buckets(const ReducerOptions& options);
+  void mark_ready(size_t param);
+  void launch_ready_buckets();
+  void finalize();
+
+  std::vector<std::string> names_;
+  std::vector<Tensor> params_;
+  std::shared_ptr<ProcessGroup> pg_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<size_t, size_t>> where_;  // param -> (bucket, slot)
+  std::vector<bool> ready_;
+  size_t next_launch_ = 0;
+  bool armed_ = false;
+  bool callback_queued_ = false;
+  ReducerStats stats_;
+};
+
+}  // namespace kiln::dist

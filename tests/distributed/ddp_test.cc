@@ -1,0 +1,170 @@
+// DistributedDataParallel on 2 and 3 real processes: training matches one process on the
+// concatenated batch (with and without no_sync accumulation), models are checked and synced at
+// construction, and unused parameters are named.
+#include <doctest/doctest.h>
+
+#include "autograd/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/init.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+#include "tests/distributed/multiprocess.h"
+
+namespace kiln {
+namespace {
+
+using test::expect;
+namespace F = nn::functional;
+
+std::shared_ptr<nn::Sequential> make_model(int64_t hidden = 32) {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(12, hidden), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(hidden, hidden),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(hidden, 5)});
+}
+
+// The data of step `step`: `world` shards of `per_rank` rows; every process can make all of it.
+struct Batch {
+  Tensor x, y;
+};
+Batch global_batch(int step, int64_t rows) {
+  Generator g(1000 + static_cast<uint64_t>(step));
+  return {randn({rows, 12}, {}, &g), randint(0, 5, {rows}, kInt64, &g)};
+}
+
+Tensor shard(const Tensor& t, int rank, int world) {
+  int64_t n = t.size(0) / world;
+  return t.narrow(0, rank * n, n);
+}
+
+void expect_params_close(nn::Module& a, nn::Module& b, double tol) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    double d = (pa[i].second - pb[i].second).abs().max().item<float>();
+    expect(d <= tol, "parameter '{}' differs from single-process training by {}", pa[i].first, d);
+  }
+}
+
+// Trains a DDP model and a one-process reference on the concatenated batches; `micro` > 1
+// accumulates that many micro-batches per step, all but the last under no_sync().
+void train_and_compare(int rank, int world, int micro) {
+  auto pg = dist::init_process_group();
+  manual_seed(7 + rank);  // different on every rank: DDP must copy rank 0's
+  auto model = make_model();
+  manual_seed(7);
+  auto reference = make_model();
+  dist::DDPOptions o;
+  o.first_bucket_mb = 0.0005;  // three buckets even for this small model
+  o.bucket_cap_mb = 0.002;
+  dist::DistributedDataParallel ddp(model, pg, o);
+  expect(ddp.bucket_names().size() >= 3, "expected several buckets, got {}", ddp.bucket_names().size());
+  expect(ddp.bucket_names().front().front() == "4.bias", "the first bucket starts with {}, not the last parameter",
+         ddp.bucket_names().front().front());
+  expect_params_close(*model, *reference, 0);
+
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+  optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+  const int64_t per_rank = 6;
+  for (int step = 0; step < 6; ++step) {
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    for (int m = 0; m < micro; ++m) {
+      Batch b = global_batch(step * micro + m, per_rank * world);
+      // The reference's loss is the mean over the whole batch; every rank's share is equal, so
+      // the average of the ranks' mean gradients is the same gradient.
+      F::cross_entropy(reference->forward(b.x), b.y).backward();
+      if (m + 1 < micro) {
+        auto guard = ddp.no_sync();
+        F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world)).backward();
+      } else {
+        F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world)).backward();
+      }
+    }
+    opt.step();
+    ref_opt.step();
+    expect(ddp.stats().buckets == static_cast<int>(ddp.bucket_names().size()), "stats count {} buckets",
+           ddp.stats().buckets);
+  }
+  expect_params_close(*model, *reference, 1e-5);
+}
+
+TEST_CASE("DDP on 2 ranks matches one process on the concatenated batch") {
+  test::require_all_ok(test::run_ranks(2, [](int r, int w) { train_and_compare(r, w, 1); }, 120, "ddp2"));
+}
+
+TEST_CASE("DDP on 3 ranks matches one process on the concatenated batch") {
+  test::require_all_ok(test::run_ranks(3, [](int r, int w) { train_and_compare(r, w, 1); }, 120, "ddp3"));
+}
+
+TEST_CASE("DDP with no_sync gradient accumulation matches one process, on 2 and 3 ranks") {
+  test::require_all_ok(test::run_ranks(2, [](int r, int w) { train_and_compare(r, w, 3); }, 120, "ddp2_acc"));
+  test::require_all_ok(test::run_ranks(3, [](int r, int w) { train_and_compare(r, w, 2); }, 120, "ddp3_acc"));
+}
+
+TEST_CASE("DDP without overlap (one all-reduce after backward) gives the same result") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(3);
+    auto a = make_model();
+    manual_seed(3);
+    auto b = make_model();
+    dist::DDPOptions no_overlap;
+    no_overlap.overlap = false;
+    dist::DistributedDataParallel da(a, pg), db(b, pg, no_overlap);
+    expect(db.bucket_names().size() == 1, "no-overlap mode has {} buckets", db.bucket_names().size());
+    Batch batch = global_batch(0, 4 * world);
+    F::cross_entropy(da(shard(batch.x, rank, world)), shard(batch.y, rank, world)).backward();
+    F::cross_entropy(db(shard(batch.x, rank, world)), shard(batch.y, rank, world)).backward();
+    auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i)
+      expect((pa[i].grad() - pb[i].grad()).abs().max().item<float>() == 0, "gradient {} differs", i);
+  }, 120, "ddp_no_overlap"));
+}
+
+TEST_CASE("DDP refuses models that differ across ranks, naming the first difference on every rank") {
+  auto results = test::run_ranks(2, [](int rank, int) {
+    auto pg = dist::init_process_group();
+    dist::DistributedDataParallel ddp(make_model(rank == 1 ? 17 : 32), pg);
+  }, 120, "ddp_mismatch");
+  for (auto& r : results) CHECK(r.exit_code == 1);
+  INFO(results[0].stderr_text << results[1].stderr_text);
+  CHECK(results[1].stderr_text.find("rank 1's model differs from rank 0's: entry 0 is parameter '0.weight' [17, 12] "
+                                    "f32 here but parameter '0.weight' [32, 12] f32 on rank 0") != std::string::npos);
+  CHECK(results[0].stderr_text.find("ranks [1] hold a different model than rank 0") != std::string::npos);
+}
+
+// A model with a branch that the forward skips.
+struct Branchy : nn::Module {
+  std::shared_ptr<nn::Linear> used = register_module("used", std::make_shared<nn::Linear>(12, 5));
+  std::shared_ptr<nn::Linear> unused = register_module("unused", std::make_shared<nn::Linear>(12, 5));
+  Tensor forward(const Tensor& x) override { return used->forward(x); }
+};
+
+TEST_CASE("a parameter without a gradient is an error naming it, unless find_unused_parameters") {
+  auto results = test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    Batch b = global_batch(0, 4 * world);
+    {
+      dist::DistributedDataParallel ddp(std::make_shared<Branchy>(), pg);
+      std::string msg = "no error";
+      try {
+        F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world)).backward();
+      } catch (const std::exception& e) {
+        msg = e.what();
+      }
+      expect(msg.find("parameters [\"unused.weight\", \"unused.bias\"] got no gradient") != std::string::npos,
+             "got: {}", msg);
+    }
+    dist::DDPOptions o;
+    o.find_unused_parameters = true;
+    auto m = std::make_shared<Branchy>();
+    dist::DistributedDataParallel ddp(m, pg, o);
+    F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world)).backward();
+    expect(m->used->weight.grad().defined(), "the used layer got no gradient");
+  }, 120, "ddp_unused");
+  test::require_all_ok(results);
+}
+
+}  // namespace
+}  // namespace kiln
