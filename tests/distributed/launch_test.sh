@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The launcher binary end to end: rank prefixes and environment, failure of one rank stopping
+# the others, SIGTERM to the launcher, SIGKILL after the grace period, bad flags, program
+# lookup, and a real 3-rank env:// rendezvous of store_worker processes.
+# Arguments: the launch binary, the store_worker binary.
+set -uo pipefail
+launch="$PWD/$1"
+worker="$PWD/$2"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}/launch_test"
+rm -rf "$tmp" && mkdir -p "$tmp"
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+expect_contains() {  # file, text, what
+  grep -qF -- "$2" "$1" || { fail "$3: expected '$2' in $1:"; sed 's/^/    /' "$1"; }
+}
+# Waits up to 60 s for a file to exist (processes start slowly on a loaded machine).
+wait_for_file() {
+  for _ in $(seq 1 1200); do [ -s "$1" ] && return 0; sleep 0.05; done
+  return 1
+}
+# Waits up to 30 s for a pid to disappear.
+gone() {
+  for _ in $(seq 1 600); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
+  return 1
+}
+
+echo "== rank prefixes, environment, partial last lines"
+"$launch" --nproc-per-node 3 -- sh -c \
+  'echo "env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $KILN_NUM_THREADS"
+   echo "to stderr $RANK" >&2
+   printf "no newline $RANK"' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 0 ] || fail "launcher exited $rc for ranks that all succeeded"
+for r in 0 1 2; do
+  grep -qE "^\[rank $r\] env $r $r 3 3 127\.0\.0\.1 [0-9]+ [0-9]+$" "$tmp/out" || fail "rank $r env line"
+  expect_contains "$tmp/out" "[rank $r] no newline $r" "partial line of rank $r"
+  expect_contains "$tmp/err" "[rank $r] to stderr $r" "stderr line of rank $r"
+  grep -q "to stderr" "$tmp/out" && fail "stderr lines leaked to stdout"
+done
+[ "$(grep -c '^\[rank' "$tmp/out")" -eq 6 ] || fail "expected 6 stdout lines"
+ports=$(sed -nE 's/^\[rank [0-9]\] env .* ([0-9]+) [0-9]+$/\1/p' "$tmp/out" | sort -u | wc -l)
+[ "$ports" -eq 1 ] || fail "ranks disagree on MASTER_PORT"
+threads=$(sed -nE 's/^\[rank 0\] env .* ([0-9]+)$/\1/p' "$tmp/out")
+[ "${threads:-0}" -ge 1 ] || fail "KILN_NUM_THREADS=$threads"
+
+echo "== a user's KILN_NUM_THREADS and --master-port are kept"
+KILN_NUM_THREADS=7 "$launch" --nproc-per-node=2 --master-port=29999 sh -c 'echo "$KILN_NUM_THREADS $MASTER_PORT"' \
+  >"$tmp/out" 2>"$tmp/err" || fail "launcher failed: $(cat "$tmp/err")"
+[ "$(grep -c '\] 7 29999$' "$tmp/out")" -eq 2 ] || { fail "KILN_NUM_THREADS/MASTER_PORT not passed"; cat "$tmp/out"; }
+
+echo "== one rank exits with status 3: the others are stopped"
+rm -f "$tmp"/pid.*
+start=$(date +%s)
+"$launch" --nproc-per-node 3 -- sh -c \
+  'echo $$ > '"$tmp"'/pid.$RANK.tmp; mv '"$tmp"'/pid.$RANK.tmp '"$tmp"'/pid.$RANK
+   if [ "$RANK" = 1 ]; then
+     while [ ! -s '"$tmp"'/pid.0 ] || [ ! -s '"$tmp"'/pid.2 ]; do sleep 0.05; done
+     exit 3
+   fi
+   exec sleep 1000' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed=$(($(date +%s) - start))
+[ "$rc" -eq 3 ] || fail "launcher exit status $rc, expected the rank's 3"
+[ "$elapsed" -lt 60 ] || fail "launcher took ${elapsed}s to stop"
+expect_contains "$tmp/err" "launch: rank 1 (pid $(cat "$tmp/pid.1")) exited with status 3; stopped the other ranks" "failure message"
+for r in 0 2; do gone "$(cat "$tmp/pid.$r")" || fail "rank $r (sleeping) still running"; done
+
+echo "== a rank killed by a signal"
+"$launch" --nproc-per-node 2 -- sh -c 'if [ "$RANK" = 0 ]; then kill -9 $$; fi; exec sleep 1000' \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 137 ] || fail "launcher exit status $rc, expected 128+9"
+expect_contains "$tmp/err" "was killed by signal 9 (SIGKILL); stopped the other ranks" "signal message"
+
+echo "== SIGTERM to the launcher stops the ranks"
+rm -f "$tmp"/pid.*
+"$launch" --nproc-per-node 3 -- sh -c \
+  'echo $$ > '"$tmp"'/pid.$RANK.tmp; mv '"$tmp"'/pid.$RANK.tmp '"$tmp"'/pid.$RANK; exec sleep 1000' \
+  >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+for r in 0 1 2; do wait_for_file "$tmp/pid.$r" || fail "rank $r never started"; done
+kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+[ "$rc" -eq 143 ] || fail "launcher exit status $rc after SIGTERM, expected 143"
+expect_contains "$tmp/err" "launch: received signal 15 (SIGTERM); stopped the ranks" "SIGTERM message"
+for r in 0 1 2; do gone "$(cat "$tmp/pid.$r")" || fail "rank $r still running after SIGTERM"; done
+
+echo "== ranks that ignore SIGTERM are killed after the grace period"
+rm -f "$tmp"/pid.*
+start=$(date +%s)
+"$launch" --nproc-per-node 2 --kill-grace 0.5 -- sh -c \
+  'trap "" TERM; echo $$ > '"$tmp"'/pid.$RANK.tmp; mv '"$tmp"'/pid.$RANK.tmp '"$tmp"'/pid.$RANK
+   if [ "$RANK" = 1 ]; then while [ ! -s '"$tmp"'/pid.0 ]; do sleep 0.05; done; exit 4; fi
+   while :; do sleep 0.1; done' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed=$(($(date +%s) - start))
+[ "$rc" -eq 4 ] || fail "launcher exit status $rc, expected 4"
+[ "$elapsed" -lt 60 ] || fail "launcher took ${elapsed}s"
+expect_contains "$tmp/err" "rank 0 (pid $(cat "$tmp/pid.0")) still running 0.5 s after being asked to stop; sending SIGKILL" "SIGKILL message"
+gone "$(cat "$tmp/pid.0")" || fail "rank 0 survived SIGKILL"
+
+echo "== bad flags exit 2 with the usage"
+for args in "--bogus x" "--nproc-per-node" "--nproc-per-node 0 sh" "--nproc-per-node two sh" \
+            "--nproc-per-node 2" "--nnodes 2 --node-rank 2 --master-port 29500 sh" \
+            "--nnodes 2 --node-rank 1 sh" "--master-port 70000 sh" "--kill-grace -1 sh"; do
+  # shellcheck disable=SC2086
+  "$launch" $args >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "'launch $args' exited $rc, expected 2"
+  expect_contains "$tmp/err" "usage: launch" "usage for '$args'"
+done
+"$launch" --nproc-per-node two sh 2>"$tmp/err"
+expect_contains "$tmp/err" '--nproc-per-node expects an integer, got "two"' "flag error message"
+"$launch" --help >"$tmp/out" 2>&1 || fail "--help exited non-zero"
+expect_contains "$tmp/out" "--nproc-per-node N" "help text"
+
+echo "== programs that cannot run are named"
+"$launch" --nproc-per-node 2 -- no-such-program-kiln >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "missing program: expected exit 1"
+expect_contains "$tmp/err" 'program "no-such-program-kiln" not found in PATH' "missing program message"
+printf 'echo hi\n' >"$tmp/not_exec.sh"
+chmod -x "$tmp/not_exec.sh"
+"$launch" -- "$tmp/not_exec.sh" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "non-executable program: expected exit 1"
+expect_contains "$tmp/err" "is not executable" "non-executable message"
+
+echo "== a relative program is found under BUILD_WORKING_DIRECTORY, and ranks start there"
+mkdir -p "$tmp/bwd/bin" "$tmp/elsewhere"
+printf '#!/bin/sh\necho "ran in $(pwd) as rank $RANK"\n' >"$tmp/bwd/bin/prog.sh"
+chmod +x "$tmp/bwd/bin/prog.sh"
+(cd "$tmp/elsewhere" && BUILD_WORKING_DIRECTORY="$tmp/bwd" "$launch" --nproc-per-node 2 -- bin/prog.sh) \
+  >"$tmp/out" 2>"$tmp/err" || fail "BUILD_WORKING_DIRECTORY lookup failed: $(cat "$tmp/err")"
+expect_contains "$tmp/out" "[rank 1] ran in $tmp/bwd as rank 1" "program under BUILD_WORKING_DIRECTORY"
+
+echo "== three store_worker ranks rendezvous over env://"
+"$launch" --nproc-per-node 3 -- "$worker" rendezvous env:// >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 0 ] || { fail "rendezvous through the launcher exited $rc"; cat "$tmp/err"; }
+for r in 0 1 2; do
+  expect_contains "$tmp/out" "[rank $r] rank $r world 3 local $r/3" "rendezvous rank $r"
+  expect_contains "$tmp/out" "[rank $r] exchange ok rank $r" "exchange rank $r"
+done
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all launcher checks passed"
