@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
 
@@ -62,6 +63,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
   KILN_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
              "backward: {} roots but {} gradients", roots.size(), grad_roots.size());
   NoGradGuard no_grad;
+  // Formulas compute in the dtypes their forward saved, even when backward() is called inside
+  // an autocast guard.
+  autocast::SuspendGuard no_autocast;
   CallbackScope callbacks;
 
   // Seed the roots.

@@ -101,8 +101,8 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
 }
 
 void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            FunctionNode::Backward backward) {
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+            FunctionNode::Backward backward, bool saves_nothing) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), saves_nothing);
   node->set_next_edges(inputs);
   uint32_t nr = 0;
   for (const Tensor& out : outputs) {

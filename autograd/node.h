@@ -96,17 +96,23 @@ class AccumulateGrad final : public Node {
 
 /// A node whose backward is a function (a lambda capturing SavedTensors). Releasing it drops
 /// the function and everything it captured; a second backward through it then fails clearly.
+/// A node whose function saves nothing (`saves_nothing`) is never released: re-running it is
+/// safe, and a cast shared by several graphs (autocast's weight cache) needs that.
 class FunctionNode final : public Node {
  public:
   using Backward = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
-  FunctionNode(std::string name, Backward fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  FunctionNode(std::string name, Backward fn, bool saves_nothing = false)
+      : name_(std::move(name)), fn_(std::move(fn)), saves_nothing_(saves_nothing) {}
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return name_; }
-  void release_saved() override { fn_ = nullptr; }
+  void release_saved() override {
+    if (!saves_nothing_) fn_ = nullptr;
+  }
 
  private:
   std::string name_;
   Backward fn_;
+  bool saves_nothing_;
 };
 
 /// The edge gradient for `t` flows into: its grad_fn, or (for a leaf) its AccumulateGrad.
@@ -114,8 +120,9 @@ Edge gradient_edge(const Tensor& t);
 
 /// Records `outputs` as produced by a FunctionNode named `name` from `inputs`; `backward` maps
 /// the outputs' gradients (undefined = zero) to one gradient per input (undefined = none).
+/// `saves_nothing`: `backward` captures no saved tensor (see FunctionNode).
 void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            FunctionNode::Backward backward);
+            FunctionNode::Backward backward, bool saves_nothing = false);
 
 /// Sums `grad` down to `shape` (undoing broadcasting).
 Tensor sum_to(const Tensor& grad, const Shape& shape);

@@ -69,7 +69,11 @@ namespace kiln::kernels {
   /* out [N, C, OH, OW]; x contiguous NCHW */                                                   \
   _(avg_pool2d, void(Tensor& out, const Tensor& x, const Pool2dParams& p))                     \
   /* grad_x (=) from grad_out; both contiguous */                                              \
-  _(avg_pool2d_backward, void(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p))
+  _(avg_pool2d_backward, void(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p))  \
+  /* mixed precision's gradient unscaling: grad *= inv_scale in place, and found_inf (f32,       \
+     0-dim, on grad's device) is set to 1 if any element of grad is inf or NaN (left alone      \
+     otherwise); grad contiguous and floating */                                               \
+  _(non_finite_check_and_unscale, void(Tensor& grad, Tensor& found_inf, double inv_scale))
 
 #define KILN_DECLARE_KERNEL_(NAME, SIG) extern KernelStub<SIG> NAME;
 KILN_KERNEL_LIST(KILN_DECLARE_KERNEL_)

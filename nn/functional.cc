@@ -1,5 +1,6 @@
 #include "nn/functional.h"
 
+#include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
@@ -16,6 +17,9 @@ Tensor reduce(const Tensor& loss, Reduction r) {
   return loss;
 }
 
+/// `t` as the autocast policy wants it for `op` (itself with autocast off).
+Tensor policy(AutocastOp op, const Tensor& t) { return autocast::cast_input(op, t); }
+
 void check_target(const char* op, const Tensor& input, const Tensor& target) {
   KILN_CHECK(input.sizes() == target.sizes(), "{}: input shape {} and target shape {} differ", op, input.sizes(),
              target.sizes());
@@ -23,7 +27,9 @@ void check_target(const char* op, const Tensor& input, const Tensor& target) {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return op::linear(x, weight, bias); }
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return op::linear(policy(AutocastOp::linear, x), policy(AutocastOp::linear, weight), policy(AutocastOp::linear, bias));
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   KILN_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got {}", p);
@@ -34,8 +40,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return x * mask * (1.0 / (1.0 - p));
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor& weight0, const Tensor& bias0,
                   double eps) {
+  const Tensor x = policy(AutocastOp::layer_norm, x0), weight = policy(AutocastOp::layer_norm, weight0),
+               bias = policy(AutocastOp::layer_norm, bias0);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   KILN_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape {} does not fit input shape {}",
              normalized_shape, x.sizes());
@@ -53,8 +61,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return y;
 }
 
-Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
-                  bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, const Tensor& weight0,
+                  const Tensor& bias0, bool training, double momentum, double eps) {
+  // The running statistics are updated in place, so they are never cast (a cast is a copy).
+  const Tensor x = policy(AutocastOp::batch_norm, x0), weight = policy(AutocastOp::batch_norm, weight0),
+               bias = policy(AutocastOp::batch_norm, bias0);
   KILN_CHECK(x.dim() >= 2, "batch_norm: input must be at least 2-D (N, C, ...), got shape {}", x.sizes());
   const int64_t c = x.size(1);
   Shape bshape(x.dim(), 1);
@@ -97,7 +108,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   return rows * keep;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+Tensor nll_loss(const Tensor& log_probs0, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  const Tensor log_probs = policy(AutocastOp::nll_loss, log_probs0);
   KILN_CHECK(log_probs.dim() >= 1 && target.dtype() == kInt64,
              "nll_loss: expected log_probs [N, C] and i64 target, got shapes {} / {} and target dtype {}",
              log_probs.sizes(), target.sizes(), target.dtype());
@@ -111,8 +123,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   return reduce(loss, reduction);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+Tensor cross_entropy(const Tensor& logits0, const Tensor& target, Reduction reduction, double label_smoothing,
                      int64_t ignore_index) {
+  const Tensor logits = policy(AutocastOp::cross_entropy, logits0);
   KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
              label_smoothing);
   KILN_CHECK(logits.dim() >= 2, "cross_entropy: logits must be [N, C, ...], got shape {}", logits.sizes());
@@ -127,19 +140,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   return reduce(loss, reduction);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input0, const Tensor& target0, Reduction reduction) {
+  const Tensor input = policy(AutocastOp::mse_loss, input0), target = policy(AutocastOp::mse_loss, target0);
   check_target("mse_loss", input, target);
   Tensor d = input - target;
   return reduce(d * d, reduction);
 }
 
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor l1_loss(const Tensor& input0, const Tensor& target0, Reduction reduction) {
+  const Tensor input = policy(AutocastOp::l1_loss, input0), target = policy(AutocastOp::l1_loss, target0);
   check_target("l1_loss", input, target);
   return reduce(abs(input - target), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction reduction,
-                                        const Tensor& pos_weight) {
+Tensor binary_cross_entropy_with_logits(const Tensor& x0, const Tensor& y0, Reduction reduction,
+                                        const Tensor& pos_weight0) {
+  constexpr AutocastOp op = AutocastOp::binary_cross_entropy_with_logits;
+  const Tensor x = policy(op, x0), y = policy(op, y0), pos_weight = policy(op, pos_weight0);
   check_target("binary_cross_entropy_with_logits", x, y);
   // log(1 + exp(-|x|)) + max(-x, 0) is -log sigmoid(x) without overflow.
   Tensor log_sig_neg = log1p(exp(-abs(x))) + clamp(-x, 0.0, std::nullopt);  // -log sigmoid(x)

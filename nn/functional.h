@@ -1,5 +1,6 @@
 // Stateless building blocks of layers and losses (torch.nn.functional). All are compositions of
-// core ops, so their gradients come from the primitives' formulas.
+// core ops, so their gradients come from the primitives' formulas. Under autocast (amp/) linear
+// runs in the lower precision and the norms and losses in f32 (core/autocast_policy.h).
 #pragma once
 
 #include <optional>

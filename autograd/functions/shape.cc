@@ -68,9 +68,11 @@ Tensor to_dtype_autograd(const Tensor& x, DType dtype) {
   Tensor out = forward_no_grad([&] { return op::to_dtype.forward(x, dtype); });
   if (out.is_same(x) || !is_floating(dtype)) return out;
   const DType in = x.dtype();
+  // Saves nothing, so the node survives backward: autocast reuses one cast of a weight across
+  // every graph built under its guard (gradient accumulation runs several backwards through it).
   record("ToDtypeBackward", {x}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
     return {gs[0].to(in)};
-  });
+  }, /*saves_nothing=*/true);
   return out;
 }
 

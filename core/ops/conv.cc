@@ -1,9 +1,11 @@
 // Convolution and pooling: the conv2d, max_pool2d and avg_pool2d primitives (validation, output
 // shapes, kernel dispatch; autograd/functions/conv.cc holds their backward) and the public
-// functions of core/conv.h. Inputs are made contiguous here so kernels see plain NCHW.
+// functions of core/conv.h. Inputs are made contiguous here so kernels see plain NCHW. Under
+// autocast conv2d runs in the lower precision (core/autocast_policy.h).
 #include <algorithm>
 #include <string>
 
+#include "core/autocast.h"
 #include "core/conv.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
@@ -154,7 +156,8 @@ Pool2dParams make_pool2d_params(const IntList& kernel, const IntList& stride, co
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const IntList& stride, const IntList& padding,
               const IntList& dilation, int64_t groups) {
-  return op::conv2d(x, w, bias, make_conv2d_params(stride, padding, dilation, groups));
+  auto low = [](const Tensor& t) { return autocast::cast_input(AutocastOp::conv2d, t); };
+  return op::conv2d(low(x), low(w), low(bias), make_conv2d_params(stride, padding, dilation, groups));
 }
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p) {

@@ -1,12 +1,14 @@
 // Elementwise ops: the differentiable primitives op::unary, op::binary and op::where (device
 // checks, broadcasting, PyTorch type promotion, kernel dispatch), the ops composed from them
 // (activations, pow, clamp, masked_fill, operators), comparisons, and in-place arithmetic.
-// Kernels only ever see operands of one dtype already broadcast to out's shape.
+// Kernels only ever see operands of one dtype already broadcast to out's shape. Under autocast
+// exp, log, log1p, expm1, rsqrt, reciprocal and pow run in f32 (core/autocast_policy.h).
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <string_view>
 
+#include "core/autocast.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -272,12 +274,12 @@ Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b) { return op::bi
 
 Tensor neg(const Tensor& x) { return unary(UnaryKind::neg, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryKind::abs, x); }
-Tensor exp(const Tensor& x) { return unary(UnaryKind::exp, x); }
-Tensor log(const Tensor& x) { return unary(UnaryKind::log, x); }
-Tensor log1p(const Tensor& x) { return unary(UnaryKind::log1p, x); }
-Tensor expm1(const Tensor& x) { return unary(UnaryKind::expm1, x); }
+Tensor exp(const Tensor& x) { return unary(UnaryKind::exp, autocast::cast_input(AutocastOp::exp, x)); }
+Tensor log(const Tensor& x) { return unary(UnaryKind::log, autocast::cast_input(AutocastOp::log, x)); }
+Tensor log1p(const Tensor& x) { return unary(UnaryKind::log1p, autocast::cast_input(AutocastOp::log1p, x)); }
+Tensor expm1(const Tensor& x) { return unary(UnaryKind::expm1, autocast::cast_input(AutocastOp::expm1, x)); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryKind::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(UnaryKind::rsqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryKind::rsqrt, autocast::cast_input(AutocastOp::rsqrt, x)); }
 Tensor sin(const Tensor& x) { return unary(UnaryKind::sin, x); }
 Tensor cos(const Tensor& x) { return unary(UnaryKind::cos, x); }
 Tensor tanh(const Tensor& x) { return unary(UnaryKind::tanh, x); }
@@ -286,10 +288,13 @@ Tensor relu(const Tensor& x) { return unary(UnaryKind::relu, x); }
 Tensor gelu(const Tensor& x) { return unary(UnaryKind::gelu, x); }
 Tensor silu(const Tensor& x) { return unary(UnaryKind::silu, x); }
 Tensor square(const Tensor& x) { return unary(UnaryKind::square, x); }
-Tensor reciprocal(const Tensor& x) { return unary(UnaryKind::reciprocal, x); }
+Tensor reciprocal(const Tensor& x) {
+  return unary(UnaryKind::reciprocal, autocast::cast_input(AutocastOp::reciprocal, x));
+}
 Tensor sign(const Tensor& x) { return unary(UnaryKind::sign, x); }
 
-Tensor pow(const Tensor& x, const Scalar& exponent) {
+Tensor pow(const Tensor& x0, const Scalar& exponent) {
+  const Tensor x = autocast::cast_input(AutocastOp::pow, x0);
   DType dt = result_type_of(x, exponent);
   KILN_CHECK(is_floating(dt) || exponent.to_int() >= 0,
              "pow: integers to negative integer powers are not allowed (exponent {}, dtype {})", exponent.to_int(),
@@ -297,9 +302,13 @@ Tensor pow(const Tensor& x, const Scalar& exponent) {
   return unary(UnaryKind::pow_scalar, as_dtype(x, dt), exponent.to_double());
 }
 
-Tensor pow(const Tensor& x, const Tensor& exponent) { return op::binary(BinaryKind::pow, x, exponent); }
+Tensor pow(const Tensor& x, const Tensor& exponent) {
+  return op::binary(BinaryKind::pow, autocast::cast_input(AutocastOp::pow, x),
+                    autocast::cast_input(AutocastOp::pow, exponent));
+}
 
-Tensor pow(const Scalar& base, const Tensor& exponent) {
+Tensor pow(const Scalar& base, const Tensor& exponent0) {
+  const Tensor exponent = autocast::cast_input(AutocastOp::pow, exponent0);
   DType dt = result_type_of(base, exponent);
   return op::binary(BinaryKind::pow, wrap(base, dt, exponent.device()), exponent);
 }

@@ -2,6 +2,7 @@
 // (their backward helper) and one_hot. Indices may be i64 or i32 (converted); every index is
 // checked against the size of the dim it addresses before a kernel runs, so a bad index throws
 // naming the op, the value and the size instead of reading out of bounds.
+#include "core/autocast.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -140,11 +141,14 @@ namespace kiln {
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) { return op::index_select(x, dim, index); }
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return op::gather(x, dim, index); }
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  return op::scatter_add(x, dim, index, src);
+Tensor scatter_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
+  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::scatter_add, {x0, src0});
+  return op::scatter_add(xs[0], dim, index, xs[1]);
 }
 
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor index_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
+  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::index_add, {x0, src0});
+  const Tensor &x = xs[0], &src = xs[1];
   KILN_CHECK(x.dim() > 0, "index_add: the input must have at least one dim");
   const int64_t d = wrap_dim(dim, x.dim(), "index_add");
   check_same_device(x, index, "index_add", "index");

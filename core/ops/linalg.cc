@@ -1,6 +1,8 @@
 // Matrix products: the `bmm` primitive (3-D, same dtype; autograd/ holds its backward) and
 // mm/matmul composed from it with views, so their gradients come free. matmul follows
 // torch.matmul: 1-D operands are promoted and the added dim removed again, batch dims broadcast.
+// Under autocast all three run in the lower precision (core/autocast_policy.h).
+#include "core/autocast.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -50,16 +52,20 @@ KILN_DEFINE_OP(bmm, &kiln::bmm_forward)
 
 namespace kiln {
 
-Tensor bmm(const Tensor& a, const Tensor& b) { return op::bmm(a, b); }
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  return op::bmm(autocast::cast_input(AutocastOp::bmm, a), autocast::cast_input(AutocastOp::bmm, b));
+}
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = autocast::cast_input(AutocastOp::mm, a0), b = autocast::cast_input(AutocastOp::mm, b0);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes {} and {}", a.sizes(), b.sizes());
   check_pair(a, b, "mm");
   if (a.size(1) != b.size(0)) fail_shapes("mm", a.size(0), a.size(1), b.size(0), b.size(1));
   return op::bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  const Tensor a = autocast::cast_input(AutocastOp::matmul, a0), b = autocast::cast_input(AutocastOp::matmul, b0);
   const int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got shapes {} and {}",
              a.sizes(), b.sizes());

@@ -2,6 +2,7 @@
 // and the public ops built on them. max/min(dim) take their values with gather and var/std/
 // logsumexp are composites, so their gradients come from the primitives they are made of.
 // Integer sums and products give i64 (as PyTorch); mean, var and std need a floating input.
+// Under autocast the reductions and softmax run in f32 (core/autocast_policy.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,12 +11,16 @@
 #include <tuple>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 
 namespace kiln {
 namespace {
+
+/// x cast to f32 under autocast when it is f16/bf16 (these ops are fp32-class in the policy).
+Tensor fp32(AutocastOp op, const Tensor& x) { return autocast::cast_input(op, x); }
 
 /// Wraps and sorts the dims of a reduction named `op` on a tensor of rank `ndim`; an empty list
 /// means every dim. A dim given twice is an error. A 0-dim tensor has no dims to reduce.
@@ -140,16 +145,19 @@ KILN_DEFINE_OP(softmax, &kiln::softmax_forward)
 
 namespace kiln {
 
-Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor sum(const Tensor& x0, const IntList& dims, bool keepdim) {
+  const Tensor x = fp32(AutocastOp::sum, x0);
   return op::reduce(ReduceKind::sum, x, normalize_dims(dims, x.dim(), "sum"), keepdim);
 }
 
-Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor mean(const Tensor& x0, const IntList& dims, bool keepdim) {
+  const Tensor x = fp32(AutocastOp::mean, x0);
   reduce_result_dtype(ReduceKind::mean, x.dtype());
   return op::reduce(ReduceKind::mean, x, normalize_dims(dims, x.dim(), "mean"), keepdim);
 }
 
-Tensor prod(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor prod(const Tensor& x0, const IntList& dims, bool keepdim) {
+  const Tensor x = fp32(AutocastOp::prod, x0);
   return op::reduce(ReduceKind::prod, x, normalize_dims(dims, x.dim(), "prod"), keepdim);
 }
 
@@ -177,7 +185,8 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_reduce(ReduceKind::min, x, dim, keepdim, "argmin");
 }
 
-Tensor var(const Tensor& x, const IntList& dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x0, const IntList& dims, int64_t correction, bool keepdim) {
+  const Tensor x = fp32(AutocastOp::var, x0);
   KILN_CHECK(is_floating(x.dtype()), "var: only floating types are supported, got {}", x.dtype());
   KILN_CHECK(correction >= 0, "var: correction must be non-negative, got {}", correction);
   const IntList rd = normalize_dims(dims, x.dim(), "var");
@@ -187,12 +196,14 @@ Tensor var(const Tensor& x, const IntList& dims, int64_t correction, bool keepdi
   return sum(square(centred), rd, keepdim) / static_cast<double>(std::max<int64_t>(n - correction, 0));
 }
 
-Tensor std(const Tensor& x, const IntList& dims, int64_t correction, bool keepdim) {
+Tensor std(const Tensor& x0, const IntList& dims, int64_t correction, bool keepdim) {
+  const Tensor x = fp32(AutocastOp::std, x0);
   KILN_CHECK(is_floating(x.dtype()), "std: only floating types are supported, got {}", x.dtype());
   return sqrt(var(x, dims, correction, keepdim));
 }
 
-Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x1, const IntList& dims, bool keepdim) {
+  const Tensor x0 = fp32(AutocastOp::logsumexp, x1);
   const Tensor x = is_floating(x0.dtype()) ? x0 : x0.to(kDefaultFloat);
   const IntList rd = normalize_dims(dims, x.dim(), "logsumexp");
   if (reduced_count(x.sizes(), rd) == 0) return log(sum(exp(x), rd, keepdim));  // log(0) = -inf
@@ -204,8 +215,10 @@ Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {
   return out + (keepdim ? m : m.reshape(out.sizes()));
 }
 
-Tensor softmax(const Tensor& x, int64_t dim) { return op::softmax(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return op::softmax(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) { return op::softmax(fp32(AutocastOp::softmax, x), dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return op::softmax(fp32(AutocastOp::log_softmax, x), dim, true);
+}
 
 // ---- Tensor methods
 

@@ -1,0 +1,45 @@
+// CPU kernel of mixed precision's gradient unscaling (kernels::non_finite_check_and_unscale):
+// one pass that multiplies by 1/scale and notes any inf/NaN, so GradScaler reads each gradient
+// once. f16/bf16 compute in f32.
+#include <atomic>
+#include <cmath>
+
+#include "core/kernels.h"
+#include "core/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+void non_finite_check_and_unscale_kernel(Tensor& grad, Tensor& found_inf, double inv_scale) {
+  KILN_CHECK(grad.is_contiguous(), "non_finite_check_and_unscale: gradient of shape {} must be contiguous",
+             grad.sizes());
+  KILN_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+             "non_finite_check_and_unscale: found_inf must be a one-element f32 tensor, got {} of shape {}",
+             found_inf.dtype(), found_inf.sizes());
+  std::atomic<bool> bad{false};
+  dispatch_floating(grad.dtype(), "non_finite_check_and_unscale", [&]<class T>() {
+    using A = opmath_t<T>;
+    T* g = grad.data_ptr<T>();
+    const A s = static_cast<A>(inv_scale);
+    parallel_for(0, grad.numel(), kGrainSize, [&](int64_t lo, int64_t hi) {
+      bool local = false;
+      for (int64_t i = lo; i < hi; ++i) {
+        const A v = static_cast<A>(g[i]);
+        local |= !std::isfinite(v);
+        g[i] = static_cast<T>(v * s);
+      }
+      if (local) bad.store(true, std::memory_order_relaxed);
+    });
+  });
+  grad.storage()->bump_version();
+  if (bad.load()) {
+    *found_inf.data_ptr<float>() = 1.0f;
+    found_inf.storage()->bump_version();
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(non_finite_check_and_unscale, DeviceType::CPU, &non_finite_check_and_unscale_kernel);
+
+}  // namespace kiln::cpu
