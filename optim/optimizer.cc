@@ -15,6 +15,9 @@ namespace {
 // The option a learning-rate scheduler adds to every group (the lr it started from).
 constexpr const char* kInitialLr = "initial_lr";
 
+// The parameter dtypes that get an f32 master copy under master weights.
+bool is_low_precision(DType t) { return t == kFloat16 || t == kBFloat16; }
+
 // Splits "<prefix><index>.<field>" into index and field; false when `key` has another form.
 bool parse_key(const std::string& key, const std::string& prefix, int64_t& index, std::string& field) {
   if (key.compare(0, prefix.size(), prefix) != 0) return false;
@@ -49,6 +52,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, Options d
     state_.resize(state_.size() + complete.params.size());
     groups_.push_back(std::move(complete));
   }
+  masters_.resize(state_.size());
 }
 
 ParamGroup Optimizer::complete_group(ParamGroup group) const {
@@ -78,6 +82,7 @@ void Optimizer::add_param_group(ParamGroup group) {
   ParamGroup complete = complete_group(std::move(group));
   check_options(complete.options, static_cast<int64_t>(groups_.size()));
   state_.resize(state_.size() + complete.params.size());
+  masters_.resize(state_.size());
   groups_.push_back(std::move(complete));
 }
 
@@ -118,6 +123,29 @@ const std::map<std::string, Tensor>& Optimizer::state(int64_t index) const {
 
 std::map<std::string, Tensor>& Optimizer::mutable_state(int64_t index) { return state_[index]; }
 
+void Optimizer::set_master_weights(bool on) {
+  master_weights_ = on;
+  if (!on)
+    for (Tensor& m : masters_) m = Tensor();
+}
+
+const Tensor& Optimizer::master(int64_t index) const {
+  KILN_CHECK(index >= 0 && index < num_params(), "{}.master: index {} out of range for {} parameters", name_, index,
+             num_params());
+  return masters_[index];
+}
+
+Tensor* Optimizer::master_for(const Tensor& p, int64_t index) {
+  if (!master_weights_ || !is_low_precision(p.dtype())) return nullptr;
+  Tensor& m = masters_[index];
+  if (!m.defined()) m = p.detach().to(kFloat32);
+  return &m;
+}
+
+DType Optimizer::state_dtype(const Tensor& p) const {
+  return master_weights_ && is_low_precision(p.dtype()) ? kFloat32 : p.dtype();
+}
+
 void Optimizer::check_grad(const Tensor& p, const Tensor& g, int64_t index) const {
   KILN_CHECK(g.sizes() == p.sizes(), "{}.step: parameter {} has shape {} but its gradient has shape {}", name_, index,
              p.sizes(), g.sizes());
@@ -141,6 +169,8 @@ StateDict Optimizer::state_dict() const {
   NoGradGuard no_grad;
   for (size_t i = 0; i < state_.size(); ++i)
     for (const auto& [key, value] : state_[i]) out["state." + std::to_string(i) + "." + key] = value.clone();
+  for (size_t i = 0; i < masters_.size(); ++i)
+    if (masters_[i].defined()) out["master." + std::to_string(i)] = masters_[i].clone();
   return out;
 }
 
@@ -158,6 +188,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   std::vector<Options> new_options(ngroups);
   std::vector<bool> has_params(ngroups, false);
   std::vector<std::map<std::string, Tensor>> new_state(state_.size());
+  std::vector<Tensor> new_masters(state_.size());
   NoGradGuard no_grad;
 
   for (const auto& [key, t] : sd) {
@@ -201,12 +232,38 @@ void Optimizer::load_state_dict(const StateDict& sd) {
         KILN_CHECK(t.sizes() == p.sizes(),
                    "{}.load_state_dict: shape mismatch for '{}': saved {}, but parameter {} has shape {}", name_, key,
                    t.sizes(), idx, p.sizes());
-        Tensor copy = make_tensor(p.sizes(), p.dtype(), p.device());
+        Tensor copy = make_tensor(p.sizes(), state_dtype(p), p.device());
         copy.copy_(t);
         new_state[idx][field] = copy;
       }
+    } else if (key.rfind("master.", 0) == 0) {
+      const std::string digits = key.substr(7);
+      int64_t i = -1;
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), i);
+      KILN_CHECK(ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() && i >= 0,
+                 "{}.load_state_dict: unexpected key '{}' (master copies are 'master.<param>')", name_, key);
+      KILN_CHECK(i < num_params(), "{}.load_state_dict: unexpected key '{}': this optimizer has {} parameter(s)",
+                 name_, key, num_params());
+      KILN_CHECK(master_weights_,
+                 "{}.load_state_dict: the state holds master weights ('{}') but this optimizer keeps none; call "
+                 "set_master_weights() first",
+                 name_, key);
+      const Tensor& p = *param_at[i];
+      KILN_CHECK(is_low_precision(p.dtype()),
+                 "{}.load_state_dict: '{}' is a master copy, but parameter {} is {} and keeps none (only f16/bf16 "
+                 "parameters do)",
+                 name_, key, i, p.dtype());
+      KILN_CHECK(t.sizes() == p.sizes(),
+                 "{}.load_state_dict: shape mismatch for '{}': saved {}, but parameter {} has shape {}", name_, key,
+                 t.sizes(), i, p.sizes());
+      KILN_CHECK(t.is_floating_point(), "{}.load_state_dict: '{}' has dtype {}; a master copy is floating", name_,
+                 key, t.dtype());
+      Tensor copy = make_tensor(p.sizes(), kFloat32, p.device());
+      copy.copy_(t);
+      new_masters[i] = copy;
     } else {
-      fail("{}.load_state_dict: unexpected key '{}' (keys are 'state.<param>.<name>' or 'param_groups.<group>.<option>')",
+      fail("{}.load_state_dict: unexpected key '{}' (keys are 'state.<param>.<name>', "
+           "'param_groups.<group>.<option>' or 'master.<param>')",
            name_, key);
     }
   }
@@ -228,6 +285,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   // Every check passed: commit.
   for (int64_t g = 0; g < ngroups; ++g) groups_[g].options = std::move(new_options[g]);
   state_ = std::move(new_state);
+  masters_ = std::move(new_masters);
 }
 
 int64_t increment_step(std::map<std::string, Tensor>& state) {

@@ -18,6 +18,11 @@
 // Clip (clip_grad_norm_) after the last backward and before step(), so the norm is the
 // accumulated gradient's. Under data parallel, skip the all-reduce on all but the last
 // micro-batch (DistributedDataParallel::no_sync).
+//
+// Master weights (mixed precision's "O2", see amp/amp.h): set_master_weights() makes the
+// optimizer keep an f32 copy of every f16/bf16 parameter. step() then updates the copy with the
+// gradient in f32, keeps its state (momentum, moments) in f32, and writes the rounded result
+// back into the parameter, so updates smaller than the parameter's precision still add up.
 #pragma once
 
 #include <cstdint>
@@ -82,16 +87,27 @@ class Optimizer {
   ///   "param_groups.<g>.<option>"  0-dim f64, every option of group g;
   ///   "param_groups.<g>.params"    1-D i64, the global indices of group g's parameters;
   ///   "state.<i>.<name>"           per-parameter state of the parameter at global index i
-  ///                                (buffers shaped as the parameter; "step" a 0-dim f64).
+  ///                                (buffers shaped as the parameter; "step" a 0-dim f64);
+  ///   "master.<i>"                 with master weights: the f32 copy of parameter i.
   StateDict state_dict() const;
   /// Restores a state_dict taken from an optimizer of the same kind over parameters of the same
   /// shapes in the same group layout. Throws naming the missing/unexpected key or the shape
   /// mismatch; nothing changes unless every check passes. Buffers are copied to each
-  /// parameter's device and dtype.
+  /// parameter's device and dtype (f32 for a parameter with a master copy). With master weights
+  /// on, a low-precision parameter the state holds no "master.<i>" for takes a fresh copy of
+  /// itself at its next step.
   void load_state_dict(const StateDict& state);
 
   /// Per-parameter state of the parameter at global index i (empty before its first step).
   const std::map<std::string, Tensor>& state(int64_t index) const;
+
+  /// Keeps f32 master copies of the f16/bf16 parameters from the next step on (see the top of
+  /// this file). Each copy is taken from its parameter at that parameter's first step, or
+  /// restored by load_state_dict. Turning it off drops the copies.
+  void set_master_weights(bool on = true);
+  bool master_weights() const { return master_weights_; }
+  /// The f32 master copy of the parameter at global index i (undefined when it has none).
+  const Tensor& master(int64_t index) const;
 
  protected:
   /// `defaults` names every option this optimizer accepts, with its default value.
@@ -114,18 +130,26 @@ class Optimizer {
 
   /// Calls f(param, grad, global_index, group) for every parameter with a defined gradient, in
   /// order, under NoGradGuard. The gradient is checked for shape and device and converted to
-  /// the parameter's dtype.
+  /// the parameter's dtype. With master weights, a low-precision parameter is stood in for by its
+  /// f32 master copy (the gradient converted to f32), which is rounded back into it after f.
   template <class F> void for_each_param_with_grad(F&& f);
 
  private:
   /// Fills defaults in and checks for unknown options and parameters already present.
   ParamGroup complete_group(ParamGroup group) const;
   void check_grad(const Tensor& p, const Tensor& g, int64_t index) const;
+  /// The master copy that stands in for `p` (global index `index`) in a step, created from p when
+  /// missing; null when p keeps no master copy.
+  Tensor* master_for(const Tensor& p, int64_t index);
+  /// The dtype per-parameter state of `p` is kept in.
+  DType state_dtype(const Tensor& p) const;
 
   std::string name_;
   Options defaults_;
   std::vector<ParamGroup> groups_;
   std::vector<std::map<std::string, Tensor>> state_;  // by global parameter index
+  bool master_weights_ = false;
+  std::vector<Tensor> masters_;  // by global parameter index; undefined where none (yet)
 };
 
 /// Increments the 0-dim f64 "step" counter in `state` (creating it at 0) and returns the new
@@ -150,8 +174,14 @@ template <class F> void Optimizer::for_each_param_with_grad(F&& f) {
       Tensor g = p.grad();
       if (g.defined()) {
         check_grad(p, g, index);
-        if (g.dtype() != p.dtype()) g = g.to(p.dtype());
-        f(p, g, index, group);
+        if (Tensor* m = master_for(p, index)) {
+          if (g.dtype() != m->dtype()) g = g.to(m->dtype());
+          f(*m, g, index, group);
+          p.copy_(*m);  // rounds to the parameter's precision
+        } else {
+          if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+          f(p, g, index, group);
+        }
       }
       ++index;
     }
