@@ -4,7 +4,11 @@ same data (the IDX files, normalised with the same mean/std), SGD with momentum 
 
 The strongest eager baseline: the whole training set is a preloaded tensor and each batch is an
 index into a fresh per-epoch permutation (no per-sample DataLoader overhead), threads = cores.
-Prints progress to stderr and ends with one JSON line like the Kiln trainer's."""
+Prints progress to stderr and ends with one JSON line like the Kiln trainer's.
+
+--ddp (under torchrun): DistributedDataParallel with the Gloo backend; each rank takes the
+strided shard [rank::world] of the epoch's permutation (padded to equal length, as
+DistributedSampler does), batch size per rank; rank 0 prints the JSON line."""
 import argparse
 import gzip
 import json
@@ -64,7 +68,14 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
+    p.add_argument("--ddp", action="store_true")
     a = p.parse_args()
+
+    rank, world = 0, 1
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -76,17 +87,21 @@ def main():
     x_train, y_train, x_test, y_test = (t.to(dev) for t in (x_train, y_train, x_test, y_test))
     model = make_model(a.model).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    net = torch.nn.parallel.DistributedDataParallel(model) if a.ddp else model
 
     n = x_train.shape[0]
     train_seconds, samples, start = 0.0, 0, time.perf_counter()
     for epoch in range(a.epochs):
         model.train()
         t0 = time.perf_counter()
-        perm = torch.randperm(n, device=dev)
+        perm = torch.randperm(n, device=dev, generator=torch.Generator().manual_seed(a.seed + epoch))
+        if world > 1:
+            per = (n + world - 1) // world
+            perm = torch.cat([perm, perm[:per * world - n]])[rank::world]
         loss_sum, steps = 0.0, 0
-        for i in range(0, n, a.batch_size):
+        for i in range(0, perm.shape[0], a.batch_size):
             idx = perm[i:i + a.batch_size]
-            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss = F.cross_entropy(net(x_train[idx]), y_train[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -94,7 +109,7 @@ def main():
             steps += 1
         dt = time.perf_counter() - t0
         train_seconds += dt
-        samples += n
+        samples += perm.shape[0] * world
         model.eval()
         with torch.no_grad():
             correct, test_loss = 0, 0.0
@@ -104,9 +119,11 @@ def main():
                 correct += (logits.argmax(1) == y_test[i:i + 1000]).sum().item()
         acc = correct / x_test.shape[0]
         print(f"pytorch epoch {epoch + 1}: train_loss {loss_sum / steps:.4f} test_accuracy {acc:.4f} "
-              f"({n / dt:.0f} samples/s)", file=__import__("sys").stderr)
+              f"({perm.shape[0] * world / dt:.0f} samples/s)", file=__import__("sys").stderr)
+    if rank != 0:
+        return
     print(json.dumps({"framework": "pytorch", "version": torch.__version__, "model": a.model, "device": a.device,
-                      "epochs": a.epochs, "threads": torch.get_num_threads(), "train_loss": loss_sum / steps,
+                      "epochs": a.epochs, "threads": torch.get_num_threads(), "world_size": world, "train_loss": loss_sum / steps,
                       "test_loss": test_loss / x_test.shape[0], "test_accuracy": acc,
                       "samples_per_sec": samples / train_seconds,
                       "wall_seconds": time.perf_counter() - start}))

@@ -37,7 +37,8 @@ def last_json(cmd):
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if out.returncode != 0:
         raise SystemExit(f"vs_pytorch: {cmd[0]} exited with {out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    line = [l for l in out.stdout.splitlines() if "{" in l][-1]
+    return json.loads(line[line.index("{"):])  # the launcher prefixes "[rank 0] "
 
 
 def main():
@@ -49,12 +50,22 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
+    p.add_argument("--launch", help="Kiln's //distributed:launch binary (for --ddp)")
+    p.add_argument("--ddp", type=int, default=0,
+                   help="data parallel with this many ranks on this machine (Kiln: launch + --ddp; PyTorch: "
+                        "torchrun + DistributedDataParallel, Gloo); --threads is split among them")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per framework, interleaved (kiln, torch, kiln, ...); medians are reported")
     a = p.parse_args()
 
     py, label = torch_python()
-    common = ["--epochs", str(a.epochs), "--threads", str(a.threads), "--data-dir", a.data_dir,
+    threads = max(1, a.threads // a.ddp) if a.ddp else a.threads
+    kiln_cmd, torch_cmd = [a.kiln_bin], [py, a.pytorch_script]
+    if a.ddp:
+        kiln_cmd = [a.launch, "--nproc-per-node", str(a.ddp), "--", a.kiln_bin, "--ddp"]
+        torch_cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.ddp),
+                     a.pytorch_script, "--ddp"]
+    common = ["--epochs", str(a.epochs), "--threads", str(threads), "--data-dir", a.data_dir,
               "--batch-size", "128", "--lr", "0.05", "--seed", "0"]
     if a.limit_train:
         common += ["--limit-train", str(a.limit_train)]
@@ -63,9 +74,9 @@ def main():
         # Interleaved repeats: slow drifts of the machine (frequency, neighbours) hit both alike.
         kilns, torches = [], []
         for _ in range(a.repeats):
-            kilns.append(last_json([a.kiln_bin, "--model", model, "--optimizer", "sgd", "--schedule", "constant",
+            kilns.append(last_json(kiln_cmd + ["--model", model, "--optimizer", "sgd", "--schedule", "constant",
                                     "--device", "cpu"] + common))
-            torches.append(last_json([py, a.pytorch_script, "--model", model] + common))
+            torches.append(last_json(torch_cmd + ["--model", model] + common))
         k_sps = statistics.median(r["samples_per_sec"] for r in kilns)
         t_sps = statistics.median(r["samples_per_sec"] for r in torches)
         rows.append({"model": model, "kiln_samples_per_sec": k_sps, "pytorch_samples_per_sec": t_sps,
@@ -75,13 +86,14 @@ def main():
                      "kiln_test_accuracy": kilns[0]["test_accuracy"],
                      "pytorch_test_accuracy": torches[0]["test_accuracy"]})
 
-    print(f"\nKiln vs {label}, {a.threads} threads, batch 128, SGD momentum 0.9, {a.epochs} epoch(s), "
+    mode = f"DDP {a.ddp} ranks x {threads} thread(s), Gloo" if a.ddp else f"{a.threads} threads"
+    print(f"\nKiln vs {label}, {mode}, batch 128 per rank, SGD momentum 0.9, {a.epochs} epoch(s), "
           f"median of {a.repeats} interleaved runs")
     print(f"{'model':6} {'kiln samples/s':>15} {'torch samples/s':>16} {'ratio':>6} {'kiln acc':>9} {'torch acc':>10}")
     for r in rows:
         print(f"{r['model']:6} {r['kiln_samples_per_sec']:15.0f} {r['pytorch_samples_per_sec']:16.0f} "
               f"{r['ratio']:6.2f} {r['kiln_test_accuracy']:9.4f} {r['pytorch_test_accuracy']:10.4f}")
-    print(json.dumps({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads, "epochs": a.epochs,
+    print(json.dumps({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads, "ddp_ranks": a.ddp, "epochs": a.epochs,
                       "repeats": a.repeats, "results": rows}))
 
 

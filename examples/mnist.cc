@@ -35,12 +35,20 @@ constexpr const char* kUsage = R"(usage: mnist [flags]
   --limit-train N            use only the first N training images (quick runs)
   --log-every N              steps between progress lines (default 100)
   --workers N                data loader worker threads (default 0: batches gathered inline)
+  --amp none|f16|bf16        mixed precision (default none): matmul/conv in f16/bf16 under
+                             autocast, f16 with dynamic loss scaling
+  --amp-mode o1|o2           o1: f32 model under autocast (default); o2: the model in
+                             f16/bf16 with f32 master weights in the optimizer
+  --ddp                      data parallel across the ranks started by //distributed:launch
+                             (--batch-size is per rank; Gloo on CPU)
 )";
 
 examples::TrainConfig parse(int argc, char** argv) {
   Flags f(argc, argv,
           {"model", "epochs", "batch-size", "lr", "optimizer", "seed", "threads", "device", "data-dir", "save",
-           "resume", "limit-train", "log-every", "workers", "schedule", "stop-after-epochs"});
+           "resume", "limit-train", "log-every", "workers", "schedule", "stop-after-epochs",
+           "amp", "amp-mode"},
+          {"ddp"});
   examples::TrainConfig c;
   c.model = f.get_choice("model", "mlp", {"mlp", "cnn"});
   c.epochs = f.get_int("epochs", 3, 1, 1000);
@@ -65,6 +73,11 @@ examples::TrainConfig parse(int argc, char** argv) {
   c.stop_after_epochs = f.get_int("stop-after-epochs", 0, 0, 1000);
   c.log_every = f.get_int("log-every", 100, 1, INT64_MAX);
   c.workers = static_cast<int>(f.get_int("workers", 0, 0, 64));
+  c.amp = f.get_choice("amp", "none", {"none", "f16", "bf16"});
+  c.amp_mode = f.get_choice("amp-mode", "o1", {"o1", "o2"});
+  if (c.amp == "none" && c.amp_mode == "o2")
+    throw UsageError("--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)");
+  c.ddp = f.has("ddp");
   return c;
 }
 
@@ -80,7 +93,7 @@ int main(int argc, char** argv) {
   }
   try {
     examples::TrainResult r = examples::train(config, std::cout);
-    std::cout << examples::result_json(config, r) << std::endl;
+    if (r.rank == 0) std::cout << examples::result_json(config, r) << std::endl;
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "mnist: %s\n", e.what());

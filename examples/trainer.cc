@@ -6,6 +6,9 @@
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
+#include "distributed/ddp.h"
+#include "distributed/init.h"
+#include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "nn/checkpoint.h"
 #include "optim/adam.h"
@@ -25,11 +28,18 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std
   return std::make_unique<optim::AdamW>(params, optim::AdamOptions(c.lr).set_weight_decay(0.01));
 }
 
-/// Mean loss and accuracy over a dataset, in eval mode without recording.
-std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& ds, Device device) {
+/// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
+/// group, each rank evaluates its contiguous slice and the sums are all-reduced.
+std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::MnistDataset>& ds, Device device,
+                                   dist::ProcessGroup* pg) {
   NoGradGuard g;
   model.eval();
-  data::DataLoader loader(ds, {.batch_size = 1000, .shuffle = false});
+  std::shared_ptr<data::Dataset> part = ds;
+  if (pg != nullptr) {
+    int64_t n = ds->size(), lo = n * pg->rank() / pg->size(), hi = n * (pg->rank() + 1) / pg->size();
+    part = std::make_shared<data::TensorDataset>(ds->data().narrow(0, lo, hi - lo), ds->targets().narrow(0, lo, hi - lo));
+  }
+  data::DataLoader loader(part, {.batch_size = 1000, .shuffle = false});
   double loss_sum = 0;
   int64_t correct = 0, n = 0;
   for (data::Example& b : loader) {
@@ -40,6 +50,12 @@ std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data
     n += y.size(0);
   }
   model.train();
+  if (pg != nullptr) {
+    Tensor sums = tensor({loss_sum, static_cast<double>(correct), static_cast<double>(n)}, dtype(kFloat64));
+    pg->allreduce(sums)->wait();
+    auto v = sums.to_vector<double>();
+    return {v[0] / v[2], v[1] / v[2]};
+  }
   return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
 }
 
@@ -51,7 +67,7 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
              c.data_dir);
   auto full_train = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/true, data::kFashionMnistNormalization);
   std::shared_ptr<data::Dataset> train_set = full_train;
-  std::shared_ptr<data::Dataset> test_set =
+  auto test_set =
       std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization);
   if (c.limit_train > 0 && c.limit_train < train_set->size())
     train_set = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
@@ -60,16 +76,38 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
   manual_seed(static_cast<uint64_t>(c.seed));
   auto model = make_model(c.model);
   model->to(c.device);
+  MixedPrecision mp(c.amp, c.amp_mode);
+  mp.prepare_model(*model);
   auto opt = make_optimizer(c, model->parameters());
+  mp.prepare_optimizer(*opt);
+
+  // Data parallel: join the job; only rank 0 speaks.
+  std::shared_ptr<dist::ProcessGroup> pg;
+  if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  std::ostream quiet(nullptr);
+  std::ostream& out = rank == 0 ? log : quiet;
 
   nn::TrainingState state;
   if (!c.resume.empty()) {
     state = nn::load_checkpoint(c.resume, *model, opt.get());
-    log << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+    mp.load(state);
+    out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+  }
+  // After loading, so every rank starts from rank 0's (identical) checkpoint.
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (pg) {
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
+    out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
+                       pg->backend(), ddp->bucket_names().size(), c.batch_size);
   }
 
-  data::DataLoader loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .drop_last = false,
-                                      .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)});
+  data::DataLoaderOptions lo{.batch_size = c.batch_size, .shuffle = !pg, .drop_last = false,
+                             .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)};
+  if (pg)
+    lo.sampler = std::make_shared<data::DistributedSampler>(train_set->size(), rank, world, /*shuffle=*/true,
+                                                            static_cast<uint64_t>(c.seed));
+  data::DataLoader loader(train_set, lo);
   // The schedule is a closed form of the global step, so a resumed run continues it exactly.
   const int64_t total_steps = c.epochs * loader.size();
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
@@ -88,20 +126,24 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
     int64_t window_samples = 0;
     for (data::Example& batch : loader) {
       Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
-      Tensor loss = nn::functional::cross_entropy(model->forward(x), y);
+      Tensor loss;
+      {
+        amp::AutocastGuard autocast = mp.autocast();
+        loss = nn::functional::cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y);
+      }
       opt->zero_grad();
-      loss.backward();
+      mp.backward(loss);
       opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
-      opt->step();
+      mp.step(*opt);
       double l = loss.item<double>();
       r.step_losses.push_back(l);
       loss_sum += l;
       ++steps;
       ++state.step;
-      epoch_samples += y.size(0);
-      window_samples += y.size(0);
+      epoch_samples += y.size(0) * world;
+      window_samples += y.size(0) * world;
       if (steps % c.log_every == 0) {
-        log << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch + 1, steps, loader.size(), l,
+        out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch + 1, steps, loader.size(), l,
                            window_samples / seconds_since(window_start));
         window_start = Clock::now();
         window_samples = 0;
@@ -110,32 +152,49 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
     const double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
     samples += epoch_samples;
-    r.epoch_train_loss.push_back(loss_sum / static_cast<double>(std::max<int64_t>(steps, 1)));
-    auto [test_loss, test_acc] = evaluate(*model, test_set, c.device);
+    double epoch_loss = loss_sum / static_cast<double>(std::max<int64_t>(steps, 1));
+    if (pg) {
+      Tensor l = tensor({epoch_loss}, dtype(kFloat64));
+      pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
+      epoch_loss = l.item<double>();
+    }
+    r.epoch_train_loss.push_back(epoch_loss);
+    // Evaluated as it trains: under autocast (an o2 model also needs its f32 inputs cast down).
+    auto [test_loss, test_acc] = [&] {
+      amp::AutocastGuard autocast = mp.autocast();
+      return evaluate(*model, test_set, c.device, pg.get());
+    }();
     r.test_loss = test_loss;
     r.test_accuracy = test_acc;
     ++r.epochs_done;
-    log << fmt::format("epoch {} done: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} ({:.0f} samples/s)\n",
+    out << fmt::format("epoch {} done: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} ({:.0f} samples/s)\n",
                        epoch + 1, r.epoch_train_loss.back(), test_loss, test_acc, epoch_samples / epoch_seconds);
     if (!c.save.empty()) {
       state.epoch = epoch + 1;
       state.rng = default_generator().state();
-      nn::save_checkpoint(c.save, *model, opt.get(), state);
+      mp.save(state);
+      if (rank == 0) nn::save_checkpoint(c.save, *model, opt.get(), state);
+      if (pg) pg->barrier()->wait();  // nobody reads a checkpoint rank 0 is still writing
     }
   }
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
+  r.skipped_steps = mp.skipped_steps();
+  r.rank = rank;
+  r.world_size = world;
   return r;
 }
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
+  const std::string amp = MixedPrecision(c.amp, c.amp_mode).describe();
   return fmt::format(
       R"({{"model": "{}", "device": "{}", "epochs": {}, "batch_size": {}, "optimizer": "{}", "lr": {}, "schedule": "{}", )"
-      R"("threads": {}, "train_loss": {:.6f}, "test_loss": {:.6f}, "test_accuracy": {:.4f}, )"
-      R"("samples_per_sec": {:.1f}, "wall_seconds": {:.2f}}})",
-      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, c.schedule, get_num_threads(),
+      R"("amp": "{}", )"
+      R"("threads": {}, "world_size": {}, "train_loss": {:.6f}, "test_loss": {:.6f}, "test_accuracy": {:.4f}, )"
+      R"("samples_per_sec": {:.1f}, "wall_seconds": {:.2f}, "skipped_steps": {}}})",
+      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, c.schedule, amp, get_num_threads(), r.world_size,
       r.epoch_train_loss.empty() ? 0.0 : r.epoch_train_loss.back(), r.test_loss, r.test_accuracy, r.samples_per_sec,
-      r.wall_seconds);
+      r.wall_seconds, r.skipped_steps);
 }
 
 }  // namespace kiln::examples

@@ -32,6 +32,16 @@ struct TrainConfig {
   /// data set is in memory and a batch is one index_select, while a worker thread would compete
   /// with the compute threads for the cores.
   int workers = 0;
+  /// Mixed precision: "none", "f16" or "bf16" (examples/mixed_precision.h). f16 adds dynamic
+  /// loss scaling.
+  std::string amp = "none";
+  /// "o1": the f32 model under autocast; "o2": the model in f16/bf16 with f32 master weights.
+  std::string amp_mode = "o1";
+  /// Data parallel over the ranks of the job (started by //distributed:launch): each rank
+  /// trains on its DistributedSampler shard with `batch_size` per rank, gradients all-reduced
+  /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
+  /// and writes checkpoints.
+  bool ddp = false;
 };
 
 struct TrainResult {
@@ -42,6 +52,9 @@ struct TrainResult {
   double samples_per_sec = 0;  // training samples per second of training time
   double wall_seconds = 0;
   int64_t epochs_done = 0;
+  int64_t skipped_steps = 0;  // optimizer steps skipped by loss scaling (inf/NaN gradients)
+  int rank = 0;        // this process's rank (0 without --ddp)
+  int world_size = 1;  // ranks that trained together
 };
 
 /// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or
