@@ -28,6 +28,11 @@ void ArrivalLog::entered(uint64_t seq) {
 }
 
 void ArrivalLog::publish_loop() {
+  // At most one store round trip per kMinInterval: a burst of small collectives must not pay a
+  // round trip (and two thread wake-ups on a busy machine) each. A failure waits longer than
+  // this for the others' entries, so only a rank that died in the last interval can look a
+  // collective or two behind.
+  constexpr auto kMinInterval = std::chrono::milliseconds(20);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || entered_.load(std::memory_order_relaxed) != published_; });
@@ -41,6 +46,8 @@ void ArrivalLog::publish_loop() {
     }
     lock.lock();
     published_ = seq;
+    cv_.wait_for(lock, kMinInterval, [&] { return stop_ || urgent_; });
+    urgent_ = false;
   }
 }
 
@@ -50,6 +57,10 @@ int64_t ArrivalLog::published_seq(int rank) {
 }
 
 std::vector<int> ArrivalLog::missing(uint64_t seq, Millis grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    urgent_ = true;  // publish now, not at the next interval
+  }
   entered(seq);
   auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {

@@ -49,6 +49,7 @@ class ArrivalLog {
   std::condition_variable cv_;
   uint64_t published_ = 0;
   bool stop_ = false;
+  bool urgent_ = false;  // a failure is being described: skip the rate limit
   std::thread publisher_;
 };
 

@@ -1,6 +1,7 @@
 #include "examples/trainer.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/parallel.h"
@@ -83,6 +84,9 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
 
   // Data parallel: join the job; only rank 0 speaks.
   std::shared_ptr<dist::ProcessGroup> pg;
+  KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
+             "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
+             "--nproc-per-node N -- <mnist binary> --ddp ...`");
   if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);

@@ -32,5 +32,8 @@ expect 2 "--device: Device: unknown device 'tpu'" -- --device tpu
 expect 2 "usage: mnist" -- --optimizer rmsprop
 expect 1 "data directory '/nonexistent/dir' does not exist" -- --data-dir /nonexistent/dir
 expect 1 "does not exist" -- --data-dir /nonexistent/dir --resume /nonexistent/ckpt
+expect 2 "--amp must be one of none|f16|bf16, got 'fp8'" -- --amp fp8
+expect 2 "--amp-mode must be one of o1|o2, got 'o3'" -- --amp bf16 --amp-mode o3
+expect 2 "--amp-mode o2 needs --amp f16 or --amp bf16" -- --amp-mode o2
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,135 @@
+// DistributedDataParallel step time with gradient all-reduce overlapped with backward, against
+// the same step with one all-reduce after backward, on 2 ranks (real processes, 127.0.0.1,
+// Gloo), one compute thread each. Per model it reports the step time of both modes, the total
+// communication time per step (the sum of the bucket all-reduces' run times), the exposed part
+// (how long backward waited for communication after its graph walk ended) and the hidden
+// fraction 1 - exposed/communication. Modes alternate in blocks so drifts hit both alike; the
+// median block is reported. Rank 0 prints; the last line is JSON.
+//   tools/bazel run //bench:ddp_bench [-- --nproc 2 --steps 20 --blocks 5]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "autograd/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/init.h"
+#include "distributed/local_ranks.h"
+#include "examples/models.h"
+#include "optim/sgd.h"
+
+using namespace kiln;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// A wider MLP whose 40 MB of gradients make communication matter: 784-2048-2048-2048-10.
+std::shared_ptr<nn::Sequential> make_wide_mlp() {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 2048), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(2048, 2048), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(2048, 2048),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(2048, 10)});
+}
+
+struct Mode {
+  double step = 0, comm = 0, exposed = 0;
+};
+
+void run(int steps, int blocks) {
+  auto pg = dist::init_process_group();
+  std::string json;
+  if (pg->rank() == 0) {
+    fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
+               "of {} steps\n",
+               pg->size(), blocks, steps);
+    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8}\n", "model", "grad MB", "overlap ms",
+               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden");
+  }
+  for (std::string name : {"mlp", "cnn", "wide_mlp"}) {
+    manual_seed(0);
+    auto model = name == "wide_mlp" ? make_wide_mlp() : examples::make_model(name);
+    dist::DDPOptions after;
+    after.overlap = false;
+    dist::DistributedDataParallel overlapped(model, pg), one_shot(model, pg, after);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
+    Tensor x = randn({128, 1, 28, 28});
+    Tensor y = randint(0, 10, {128});
+    double grad_mb = static_cast<double>(model->num_parameters()) * 4 / (1 << 20);
+
+    std::vector<double> step[2], comm[2], exposed[2];
+    for (int b = 0; b < blocks; ++b)
+      for (int m = 0; m < 2; ++m) {
+        dist::DistributedDataParallel& ddp = m == 0 ? overlapped : one_shot;
+        auto train_step = [&] {
+          opt.zero_grad();
+          nn::functional::cross_entropy(ddp(x), y).backward();
+          opt.step();
+        };
+        train_step();  // warm-up (and the other mode's caches out of the way)
+        pg->barrier()->wait();
+        double c = 0, e = 0, t0 = now_s();
+        for (int s = 0; s < steps; ++s) {
+          train_step();
+          c += ddp.stats().comm_seconds;
+          e += ddp.stats().exposed_seconds;
+        }
+        step[m].push_back((now_s() - t0) / steps * 1e3);
+        comm[m].push_back(c / steps * 1e3);
+        exposed[m].push_back(e / steps * 1e3);
+      }
+    Mode o{median(step[0]), median(comm[0]), median(exposed[0])};
+    Mode a{median(step[1]), median(comm[1]), median(exposed[1])};
+    if (pg->rank() == 0) {
+      double hidden = o.comm > 0 ? 1 - o.exposed / o.comm : 0;
+      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}%\n", name, grad_mb, o.step, a.step,
+                 a.step / o.step, o.comm, o.exposed, 100 * hidden);
+      json += fmt::format(
+          "{}{{\"model\": \"{}\", \"grad_mb\": {:.2f}, \"overlap_step_ms\": {:.3f}, \"after_backward_step_ms\": {:.3f}, "
+          "\"speedup\": {:.3f}, \"comm_ms\": {:.3f}, \"exposed_ms\": {:.3f}, \"after_backward_comm_ms\": {:.3f}, "
+          "\"hidden_fraction\": {:.3f}}}",
+          json.empty() ? "" : ", ", name, grad_mb, o.step, a.step, a.step / o.step, o.comm, o.exposed, a.comm, hidden);
+    }
+  }
+  if (pg->rank() == 0) fmt::print("{{\"benchmark\": \"ddp\", \"ranks\": {}, \"results\": [{}]}}\n", pg->size(), json);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nproc = 2, steps = 20, blocks = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--nproc") nproc = std::atoi(argv[i + 1]);
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: ddp_bench [--nproc N] [--steps S] [--blocks B]\n");
+      return 2;
+    }
+  }
+  if (dist::launched_with_world()) {
+    run(steps, blocks);
+    return 0;
+  }
+  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(steps, blocks); }, {.timeout_s = 1200});
+  for (size_t r = 0; r < results.size(); ++r)
+    if (results[r].exit_code != 0) {
+      std::fprintf(stderr, "ddp_bench: rank %zu failed\n", r);
+      return 1;
+    }
+  return 0;
+}

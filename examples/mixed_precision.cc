@@ -1,0 +1,60 @@
+#include "examples/mixed_precision.h"
+
+namespace kiln::examples {
+namespace {
+
+constexpr const char* kAmpKey = "amp";
+
+amp::GradScalerOptions scaler_options(bool f16) {
+  amp::GradScalerOptions o;
+  o.enabled = f16;
+  return o;
+}
+
+}  // namespace
+
+MixedPrecision::MixedPrecision(const std::string& amp, const std::string& mode)
+    : enabled_(amp != "none"),
+      o2_(mode == "o2"),
+      dtype_(amp == "f16" ? kFloat16 : kBFloat16),
+      scaler_(scaler_options(amp == "f16")) {
+  KILN_CHECK(amp == "none" || amp == "f16" || amp == "bf16", "amp: must be one of none|f16|bf16, got '{}'", amp);
+  KILN_CHECK(mode == "o1" || mode == "o2", "amp mode: must be one of o1|o2, got '{}'", mode);
+  KILN_CHECK(enabled_ || !o2_, "amp mode: o2 (a 16-bit model with f32 master weights) needs amp f16 or bf16");
+}
+
+std::string MixedPrecision::describe() const {
+  if (!enabled_) return "none";
+  return fmt::format("{}/{}", dtype_, o2_ ? "o2" : "o1");
+}
+
+void MixedPrecision::prepare_model(nn::Module& model) const {
+  if (o2_) model.to(dtype_);
+}
+
+void MixedPrecision::prepare_optimizer(optim::Optimizer& opt) const {
+  if (o2_) opt.set_master_weights();
+}
+
+void MixedPrecision::backward(const Tensor& loss) const { scaler_.scale(loss).backward(); }
+
+bool MixedPrecision::step(optim::Optimizer& opt) {
+  const bool stepped = scaler_.step(opt);
+  scaler_.update();
+  return stepped;
+}
+
+void MixedPrecision::save(nn::TrainingState& state) const {
+  state.extra[kAmpKey] = describe();
+  if (scaler_.is_enabled()) scaler_.save_to(state.extra);
+}
+
+void MixedPrecision::load(const nn::TrainingState& state) {
+  auto it = state.extra.find(kAmpKey);
+  const std::string saved = it == state.extra.end() ? "none" : it->second;  // older checkpoints: f32
+  KILN_CHECK(saved == describe(), "resume: the checkpoint was trained with mixed precision '{}' but this run uses '{}'",
+             saved, describe());
+  if (scaler_.is_enabled()) scaler_.load_from(state.extra);
+}
+
+}  // namespace kiln::examples
