@@ -9,6 +9,7 @@
 #include "data/mnist.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
+#include "distributed/scaler_sync.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "nn/checkpoint.h"
@@ -102,6 +103,8 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
+    // Every rank must make the same skip-or-step decision: an inf anywhere skips everywhere.
+    dist::share_found_inf(mp.scaler(), pg);
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
   }

@@ -3,11 +3,15 @@
 // construction, and unused parameters are named.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "autograd/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
+#include "distributed/scaler_sync.h"
+#include "amp/grad_scaler.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
@@ -164,6 +168,33 @@ TEST_CASE("a parameter without a gradient is an error naming it, unless find_unu
     expect(m->used->weight.grad().defined(), "the used layer got no gradient");
   }, 120, "ddp_unused");
   test::require_all_ok(results);
+}
+
+TEST_CASE("with share_found_inf, an inf gradient on one rank skips the step on every rank") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(5);
+    auto model = make_model();
+    dist::DistributedDataParallel ddp(model, pg);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+    amp::GradScaler scaler;
+    dist::share_found_inf(scaler, pg);
+    Tensor before = model->parameters()[0].clone();
+    Batch b = global_batch(0, 4 * world);
+    for (int step = 0; step < 2; ++step) {
+      opt.zero_grad();
+      scaler.scale(F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world))).backward();
+      // After the all-reduce, only rank 1 sees an overflow (step 0 only).
+      if (rank == 1 && step == 0) model->parameters()[2].grad().fill_(std::numeric_limits<float>::infinity());
+      bool stepped = scaler.step(opt);
+      scaler.update();
+      expect(stepped == (step == 1), "rank {} step {}: stepped={}", rank, step, stepped);
+      if (step == 0)
+        expect((model->parameters()[0] - before).abs().max().item<float>() == 0, "rank {} changed the weights", rank);
+    }
+    expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
+    expect(scaler.scale() == 32768.0, "rank {} scale {}", rank, scaler.scale());
+  }, 120, "ddp_scaler"));
 }
 
 }  // namespace

@@ -35,6 +35,13 @@ echo "$out"
 acc=$(echo "$out" | grep -o '"test_accuracy": [0-9.]*' | tail -1 | awk '{print $2}')
 awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' || fail "test accuracy $acc after 2 epochs on 3000 images (want > 0.6)"
 
+# f16 with loss scaling under DDP: the ranks share the skip decision (an all-reduced found-inf).
+out=$("$launch" --nproc-per-node 2 -- "$mnist" --ddp --model mlp --epochs 1 --limit-train 2000 --threads 1 \
+      --amp f16 2>&1)
+code=$?
+[ "$code" -eq 0 ] || fail "--ddp --amp f16 exited $code: $out"
+[[ "$out" == *'"amp": "f16'* ]] || fail "--ddp --amp f16: the JSON line does not record f16: $out"
+
 err=$("$mnist" --ddp --epochs 1 2>&1 >/dev/null)
 code=$?
 [ "$code" -eq 1 ] || fail "--ddp without the launcher exited $code (want 1)"
