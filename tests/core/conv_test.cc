@@ -238,6 +238,11 @@ const std::vector<PoolCase> kPoolCases = {
     {1, 2, 5, 6, 3, 3, 1, 1, 1, 1, true, true},
     {3, 2, 9, 9, 4, 3, 3, 2, 2, 1, true, true},
     {1, 2, 5, 5, 2, 2, 2, 2, 1, 1, true, false},  // ceil_mode drops a window starting in padding
+    // The 2x2/2 fast paths: rows of 7 (4-wide steps and a ragged redo), 4, 5 and 19 outputs.
+    {3, 5, 14, 14, 2, 2, 2, 2, 0, 0, false, true},
+    {2, 2, 9, 8, 2, 2, 2, 2, 0, 0, false, true},
+    {2, 2, 6, 11, 2, 2, 2, 2, 0, 0, false, true},
+    {1, 3, 4, 38, 2, 2, 2, 2, 0, 0, false, true},
 };
 
 struct NaivePool {
