@@ -84,6 +84,7 @@ void Reducer::prepare_for_backward() {
   }
   ready_.assign(params_.size(), false);
   next_launch_ = 0;
+  launched_early_ = 0;
   callback_queued_ = false;
   armed_ = true;
 }
@@ -103,7 +104,11 @@ void Reducer::mark_ready(size_t i) {
   Bucket& b = buckets_[bi];
   Tensor g = params_[i].grad();
   b.flat.narrow(0, b.offsets[slot], params_[i].numel()).copy_(g.reshape({-1}));
-  if (--b.pending == 0 && options_.overlap) launch_ready_buckets();
+  if (--b.pending == 0 && options_.overlap) {
+    size_t before = next_launch_;
+    launch_ready_buckets();
+    launched_early_ += static_cast<int>(next_launch_ - before);
+  }
 }
 
 void Reducer::launch_ready_buckets() {
@@ -137,7 +142,7 @@ void Reducer::finalize() {
   launch_ready_buckets();
 
   auto walk_done = Work::Clock::now();
-  stats_ = ReducerStats{static_cast<int>(buckets_.size()), 0, 0};
+  stats_ = ReducerStats{static_cast<int>(buckets_.size()), launched_early_, 0, 0};
   for (Bucket& b : buckets_) {
     b.work->wait();
     stats_.comm_seconds += seconds(b.work->finished() - b.work->started());

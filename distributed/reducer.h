@@ -31,6 +31,7 @@ struct ReducerOptions {
 /// Timings of the last synchronised backward pass.
 struct ReducerStats {
   int buckets = 0;
+  int launched_during_backward = 0;  // buckets whose all-reduce started before the graph walk ended
   double comm_seconds = 0;     // sum over buckets of the time their all-reduce ran
   double exposed_seconds = 0;  // time backward waited for communication after the graph walk
 };
@@ -77,6 +78,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   size_t next_launch_ = 0;
   bool armed_ = false;
   bool callback_queued_ = false;
+  int launched_early_ = 0;
   ReducerStats stats_;
 };
 

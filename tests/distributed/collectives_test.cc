@@ -59,6 +59,23 @@ TEST_CASE("allreduce: every op, dtype and size up to tens of MB, on 3 ranks") {
   test::require_all_ok(results);
 }
 
+TEST_CASE("init_process_group with tcp://host:port and explicit ranks") {
+  auto results = test::run_ranks(2, [](int rank, int world) {
+    // The environment's MASTER_PORT is free; explicit arguments win over RANK/WORLD_SIZE.
+    dist::InitOptions o;
+    o.init_method = fmt::format("tcp://127.0.0.1:{}", std::getenv("MASTER_PORT"));
+    o.rank = 1 - rank;  // swapped, to see that the arguments are used
+    o.world_size = world;
+    auto pg = dist::init_process_group(o);
+    expect(pg->rank() == 1 - rank && pg->size() == world, "got rank {} of {}", pg->rank(), pg->size());
+    expect(dist::get_rank() == pg->rank() && dist::get_world_size() == world, "default group not set");
+    Tensor t = full({3}, pg->rank() + 1.0);
+    pg->allreduce(t)->wait();
+    expect(t.min().item<float>() == 3, "allreduce over tcp:// init got {}", t.min().item<float>());
+  }, 120, "tcp_init");
+  test::require_all_ok(results);
+}
+
 TEST_CASE("allreduce of a non-contiguous view writes the result through the view") {
   auto results = test::run_ranks(2, [](int rank, int world) {
     auto pg = dist::init_process_group();
@@ -151,6 +168,7 @@ TEST_CASE("bad arguments are refused on the calling rank, naming the op and the 
     expect(m.find("allreduce: avg needs a floating dtype") != std::string::npos, "got: {}", m);
     m = msg([&] { pg->allgather({zeros({2})}, zeros({2})); });
     expect(m.find("allgather: 1 output tensors for a group of 2") != std::string::npos, "got: {}", m);
+    pg->barrier()->wait();  // the group still works after refusing
   }, 120, "bad_args");
   test::require_all_ok(results);
 }

@@ -89,6 +89,11 @@ void train_and_compare(int rank, int world, int micro) {
     ref_opt.step();
     expect(ddp.stats().buckets == static_cast<int>(ddp.bucket_names().size()), "stats count {} buckets",
            ddp.stats().buckets);
+    // Overlap: every bucket but the last (which closes with the first layer's gradients, the
+    // end of the graph walk) started its all-reduce while backward was still running.
+    expect(ddp.stats().launched_during_backward >= ddp.stats().buckets - 1,
+           "only {} of {} buckets were launched during backward", ddp.stats().launched_during_backward,
+           ddp.stats().buckets);
   }
   expect_params_close(*model, *reference, 1e-5);
 }
@@ -120,6 +125,9 @@ TEST_CASE("DDP without overlap (one all-reduce after backward) gives the same re
     Batch batch = global_batch(0, 4 * world);
     F::cross_entropy(da(shard(batch.x, rank, world)), shard(batch.y, rank, world)).backward();
     F::cross_entropy(db(shard(batch.x, rank, world)), shard(batch.y, rank, world)).backward();
+    expect(db.stats().launched_during_backward == 0 && da.stats().launched_during_backward >= 1,
+           "launched during backward: {} with overlap, {} without", da.stats().launched_during_backward,
+           db.stats().launched_during_backward);
     auto pa = a->parameters(), pb = b->parameters();
     for (size_t i = 0; i < pa.size(); ++i)
       expect((pa[i].grad() - pb[i].grad()).abs().max().item<float>() == 0, "gradient {} differs", i);
