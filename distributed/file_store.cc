@@ -27,12 +27,6 @@ namespace {
 
 constexpr uint8_t kHeader[8] = {'K', 'I', 'L', 'N', 'F', 'S', 1, 0};
 
-std::string quoted(const std::vector<std::string>& keys) {
-  std::string s;
-  for (const auto& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
-  return s;
-}
-
 }  // namespace
 
 /// flock() held for a scope. Exclusive always: a reader may need to cut off a torn tail.
@@ -215,8 +209,8 @@ void FileStore::poll_until(const std::vector<std::string>& keys, Millis timeout,
         for (const auto& k : keys)
           if (!cache_.count(k)) missing.push_back(k);
         fail("FileStore {}: timed out after {} ms waiting for {} {}{} in \"{}\"", what, timeout.count(),
-             keys.size() == 1 ? "key" : "keys", quoted(keys),
-             keys.size() == 1 ? "" : fmt::format(" (still missing: {})", quoted(missing)), path_);
+             keys.size() == 1 ? "key" : "keys", quoted_keys(keys),
+             keys.size() == 1 ? "" : fmt::format(" (still missing: {})", quoted_keys(missing)), path_);
       }
     }
     // Polling is the price of a plain file; the nap grows so an idle wait costs little.
@@ -261,7 +255,7 @@ bool FileStore::check(const std::vector<std::string>& keys) {
 }
 
 void FileStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  poll_until(keys, std::max(timeout, Millis(0)), fmt::format("wait([{}])", quoted(keys)), [] {});
+  poll_until(keys, std::max(timeout, Millis(0)), fmt::format("wait([{}])", quoted_keys(keys)), [] {});
 }
 
 bool FileStore::remove(const std::string& key) {

@@ -58,7 +58,7 @@ std::string resolve_program(const std::string& prog) {
     if (::access(c.c_str(), X_OK) != 0) fail("launch: program \"{}\" ({}) is not executable", prog, c);
     return fs::absolute(c).lexically_normal().string();
   }
-  std::string where = fs::absolute(prog).string();
+  std::string where = fs::absolute(prog).lexically_normal().string();
   if (candidates.size() > 1) where += " or " + candidates[1];
   fail("launch: program \"{}\" not found (looked for {})", prog, where);
 }

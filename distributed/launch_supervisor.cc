@@ -24,7 +24,9 @@ constexpr size_t kMaxLine = 64 * 1024;
 // that inherited them) before the launcher stops reading them: nobody hangs on a grandchild.
 constexpr std::chrono::seconds kDrainAfterExit{2};
 
-bool is_stop_signal(int sig) { return std::find(std::begin(kStopSignals), std::end(kStopSignals), sig) != std::end(kStopSignals); }
+bool is_stop_signal(int sig) {
+  return std::find(std::begin(kStopSignals), std::end(kStopSignals), sig) != std::end(kStopSignals);
+}
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -182,7 +184,8 @@ void Supervisor::start(Child& c) {
   const std::string exec_error = fmt::format("launch: cannot execute {}", argv_[0]);
 
   const pid_t pid = fork();
-  if (pid == 0) exec_child(self_, out[1], err[1], cwd_.c_str(), exec_error.c_str(), argv.data(), envp.data(), old_mask_);
+  if (pid == 0)
+    exec_child(self_, out[1], err[1], cwd_.c_str(), exec_error.c_str(), argv.data(), envp.data(), old_mask_);
   const int fork_errno = errno;
   ::close(out[1]);
   ::close(err[1]);

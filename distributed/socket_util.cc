@@ -172,7 +172,8 @@ void wait_ready(int fd, short events, Clock::time_point deadline, const std::str
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, poll_timeout_ms(deadline));
     if (r > 0) return;  // errors and hang-ups surface in the send/recv that follows
-    if (r < 0 && errno != EINTR) fail("poll on the connection to the store server at {} failed: {}", peer, errno_text(errno));
+    if (r < 0 && errno != EINTR)
+      fail("poll on the connection to the store server at {} failed: {}", peer, errno_text(errno));
     if (r == 0) fail("timed out {} the store server at {}", what, peer);
   }
 }

@@ -24,6 +24,12 @@ int64_t added_value(const std::string& key, const Bytes* old, int64_t delta) {
   return sum;
 }
 
+std::string quoted_keys(const std::vector<std::string>& keys) {
+  std::string s;
+  for (const auto& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
+  return s;
+}
+
 Bytes int_value(int64_t v) {
   std::string s = std::to_string(v);
   return Bytes(s.begin(), s.end());

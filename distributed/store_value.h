@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "distributed/store.h"
 
@@ -15,5 +16,8 @@ int64_t added_value(const std::string& key, const Bytes* old, int64_t delta);
 
 /// Decimal text of `v`, as a stored value.
 Bytes int_value(int64_t v);
+
+/// `"a", "b"`: keys as error messages show them.
+std::string quoted_keys(const std::vector<std::string>& keys);
 
 }  // namespace kiln::dist

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "distributed/store_value.h"
 #include "distributed/tcp_store_server.h"
 
 namespace kiln::dist {
@@ -12,20 +13,14 @@ namespace {
 // before deciding the server is gone (a stopped or overloaded server process).
 constexpr Millis kReplyGrace{30000};
 
-std::string quoted(const std::vector<std::string>& keys) {
-  std::string s;
-  for (const auto& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
-  return s;
-}
-
 // Deadline for the answer to a request the server may take `t` to answer.
 Clock::time_point reply_deadline(Millis t) {
   return deadline_after(std::min(t, Millis(int64_t{1} << 40)) + kReplyGrace);
 }
 
 std::string describe_wait(const std::vector<std::string>& keys, const std::vector<std::string>& missing) {
-  if (keys.size() == 1) return "key " + quoted(keys);
-  return fmt::format("keys {} (still missing: {})", quoted(keys), quoted(missing));
+  if (keys.size() == 1) return "key " + quoted_keys(keys);
+  return fmt::format("keys {} (still missing: {})", quoted_keys(keys), quoted_keys(missing));
 }
 
 }  // namespace
@@ -78,8 +73,8 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
   const std::vector<uint8_t> frame = request.finish();
   const std::string addr = address();
   std::lock_guard<std::mutex> lock(mu_);
-  // A connection lost by an earlier call is re-made here, under this store's timeout.
-  if (!sock_.valid()) connect_locked();
+  if (!lost_.empty())
+    fail("TcpStore {}: the connection to the store server at {} was lost earlier: {}", what, addr, lost_);
   std::vector<uint8_t> body;
   try {
     send_all(sock_.get(), frame.data(), frame.size(), reply_deadline(timeout_), addr);
@@ -92,8 +87,7 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
     body.resize(len);
     recv_exact(sock_.get(), body.data(), len, deadline, addr);
   } catch (const Error& e) {
-    // Part of a request or reply may be in flight: the stream is out of step, start afresh.
-    sock_.reset();
+    lose_connection_locked(e.what());
     fail("TcpStore {}: {}", what, e.what());
   }
   try {
@@ -115,9 +109,17 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
     }
     throw wire::Malformed(fmt::format("unknown reply status {}", body[0]));
   } catch (const wire::Malformed& e) {
-    sock_.reset();
+    lose_connection_locked(fmt::format("malformed reply: {}", e.what()));
     fail("TcpStore {}: the store server at {} sent a malformed reply: {}", what, addr, e.what());
   }
+}
+
+void TcpStore::lose_connection_locked(const std::string& why) {
+  // Part of a request or reply may be in flight, so the stream is out of step for good. No
+  // reconnecting either: a new connection could reach a restarted server that holds none of
+  // this job's keys, and failing at once beats waiting out a timeout on a server that is gone.
+  sock_.reset();
+  lost_ = why;
 }
 
 namespace {
@@ -164,7 +166,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 bool TcpStore::check(const std::vector<std::string>& keys) {
   wire::Writer w;
   w.u8(static_cast<uint8_t>(wire::Op::kCheck)).strs(keys);
-  const std::string what = fmt::format("check([{}])", quoted(keys));
+  const std::string what = fmt::format("check([{}])", quoted_keys(keys));
   auto body = call(w, what, timeout_);
   return parse_ok(body, what, [](wire::Reader& r) { return r.u8() != 0; });
 }
@@ -173,7 +175,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   timeout = std::max(timeout, Millis(0));
   wire::Writer w;
   w.u8(static_cast<uint8_t>(wire::Op::kWait)).strs(keys).u64(static_cast<uint64_t>(timeout.count()));
-  const std::string what = fmt::format("wait([{}])", quoted(keys));
+  const std::string what = fmt::format("wait([{}])", quoted_keys(keys));
   auto body = call(w, what, timeout, keys);
   parse_ok(body, what, [](wire::Reader&) { return 0; });
 }

@@ -25,7 +25,8 @@ class TcpStore final : public Store {
   /// connecting and every blocking call. Throws kiln::Error naming the address on failure.
   TcpStore(std::string host, int port, int world_size, bool is_server, Millis timeout = kDefaultStoreTimeout);
   /// Closes this client's connection and, on the serving instance, stops the server (clients
-  /// still connected then see their connection close).
+  /// still connected then see their connection close). Once a client's connection breaks
+  /// (server gone, I/O error, protocol error), every later call fails at once naming why.
   ~TcpStore() override;
 
   void set(const std::string& key, const Bytes& value) override;
@@ -52,6 +53,7 @@ class TcpStore final : public Store {
   std::vector<uint8_t> call(wire::Writer& request, const std::string& what, Millis reply_within,
                             const std::vector<std::string>& waited_keys = {});
   void connect_locked();
+  void lose_connection_locked(const std::string& why);
 
   std::string host_;
   int port_;
@@ -60,6 +62,7 @@ class TcpStore final : public Store {
   std::unique_ptr<TcpStoreServer> server_;
   std::mutex mu_;  // one request in flight per connection
   Fd sock_;
+  std::string lost_;  // why the connection broke; empty while it works
 };
 
 }  // namespace kiln::dist

@@ -226,7 +226,8 @@ void TcpStoreServer::Impl::handle_frame(Conn& c, const uint8_t* body, size_t n) 
       else keys = r.strs();
       uint64_t timeout_ms = r.u64();
       r.expect_end();
-      c.parked = Parked{op, std::move(keys), deadline_after(Millis(static_cast<int64_t>(std::min<uint64_t>(timeout_ms, INT64_MAX))))};
+      const Millis timeout(static_cast<int64_t>(std::min<uint64_t>(timeout_ms, INT64_MAX)));
+      c.parked = Parked{op, std::move(keys), deadline_after(timeout)};
       if (all_present(c.parked->keys)) answer_parked(c, false);
       return;
     }
@@ -386,10 +387,9 @@ void TcpStoreServer::Impl::run() {
       if (re == 0) continue;
       try {
         if (re & POLLOUT) flush(c);
-        if (!c.closed && (re & (POLLIN | POLLERR | POLLHUP))) {
-          read_from(c);
-          serve(c);
-        }
+        if (!c.closed && (re & (POLLIN | POLLERR | POLLHUP))) read_from(c);
+        // Also after a flush alone: requests held back while replies piled up can go on now.
+        if (!c.closed) serve(c);
       } catch (const std::exception& e) {
         // bad_alloc for a huge-but-legal frame, or the like: lose this client, not the server.
         drop(c, e.what());
