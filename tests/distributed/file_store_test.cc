@@ -80,7 +80,7 @@ TEST_CASE("get before set blocks, then returns the value") {
   store.set("late", std::string("value-late"));
   finish(p);
   CHECK_MESSAGE(p.exited_ok(), p.err());
-  CHECK(p.out() == "got value-late\n");
+  CHECK(p.out() == "connected\ngot value-late\n");
 }
 
 TEST_CASE("wait and get time out with a message naming the keys and the file") {

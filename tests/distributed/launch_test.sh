@@ -22,9 +22,14 @@ wait_for_file() {
   for _ in $(seq 1 1200); do [ -s "$1" ] && return 0; sleep 0.05; done
   return 1
 }
-# Waits up to 30 s for a pid to disappear.
+# Waits up to 30 s for a pid to be gone: no such process, or a zombie (dead, waiting for an
+# orphan reaper that may be slow).
 gone() {
-  for _ in $(seq 1 600); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
+  for _ in $(seq 1 600); do
+    [ -e "/proc/$1" ] || return 0
+    [ "$(sed -E 's/^[0-9]+ \(.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ] && return 0
+    sleep 0.05
+  done
   return 1
 }
 
@@ -89,6 +94,17 @@ rc=$?
 [ "$rc" -eq 143 ] || fail "launcher exit status $rc after SIGTERM, expected 143"
 expect_contains "$tmp/err" "launch: received signal 15 (SIGTERM); stopped the ranks" "SIGTERM message"
 for r in 0 1 2; do gone "$(cat "$tmp/pid.$r")" || fail "rank $r still running after SIGTERM"; done
+
+echo "== ranks do not outlive a launcher killed with SIGKILL"
+rm -f "$tmp"/pid.*
+"$launch" --nproc-per-node 2 -- sh -c \
+  'echo $$ > '"$tmp"'/pid.$RANK.tmp; mv '"$tmp"'/pid.$RANK.tmp '"$tmp"'/pid.$RANK; exec sleep 1000' \
+  >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+for r in 0 1; do wait_for_file "$tmp/pid.$r" || fail "rank $r never started"; done
+kill -KILL "$lpid"
+wait "$lpid" 2>/dev/null
+for r in 0 1; do gone "$(cat "$tmp/pid.$r")" || fail "rank $r outlived the launcher"; done
 
 echo "== ranks that ignore SIGTERM are killed after the grace period"
 rm -f "$tmp"/pid.*

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/file_util.h"
@@ -104,6 +105,16 @@ inline bool wait_for(Proc& p, std::chrono::milliseconds timeout) {
     REQUIRE(waitpid(p.pid, &p.status, 0) == p.pid);
     return true;
   }
+}
+
+/// Waits until p's stdout contains `text` (checked every 10 ms; false after `timeout`).
+inline bool wait_for_output(const Proc& p, const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (p.out().find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 /// Waits (generously: machines under load) and fails the test, killing p, if it does not exit.

@@ -2,7 +2,7 @@
 // what it saw. Exit status 0: the scenario's own checks passed; 1: a check failed; 2: an error.
 //   store_worker exchange STORE RANK WORLD   set key/RANK, wait for every rank's key, verify all
 //   store_worker add STORE N                 N adds of 1 to "adds", results strictly increasing
-//   store_worker get STORE KEY               print get(KEY)
+//   store_worker get STORE KEY               print "connected", then get(KEY)
 //   store_worker rendezvous INIT_METHOD      rendezvous (ranks from the environment), exchange
 // STORE is tcp:HOST:PORT or file:MEMBERS:PATH (MEMBERS: the FileStore's world_size).
 #include <chrono>
@@ -76,7 +76,9 @@ int run(int argc, char** argv) {
   }
   if (scenario == "add" && argc == 4) return adds(*open_store(argv[2], 0), std::stoi(argv[3]));
   if (scenario == "get" && argc == 4) {
-    std::string v = open_store(argv[2], 0)->get_string(argv[3]);
+    std::shared_ptr<Store> store = open_store(argv[2], 0);
+    std::printf("connected\n");
+    std::string v = store->get_string(argv[3]);
     std::printf("got %s\n", v.c_str());
     return 0;
   }

@@ -84,7 +84,7 @@ TEST_CASE("get before set blocks, then returns the value") {
   store.set("late", std::string("value-late"));
   finish(p);
   CHECK_MESSAGE(p.exited_ok(), p.err());
-  CHECK(p.out() == "got value-late\n");
+  CHECK(p.out() == "connected\ngot value-late\n");
 }
 
 TEST_CASE("wait and get time out with a message naming the keys, the timeout and the server") {
@@ -166,12 +166,27 @@ TEST_CASE("stopping the server fails a parked client instead of hanging it") {
   {
     TcpStore store = server();
     p = spawn("parked", {worker_path(), "get", spec(store), "never-set"});
-    CHECK_FALSE(wait_for(p, 300ms));
+    REQUIRE(wait_for_output(p, "connected", 120s));
   }
+  // Well within the worker's 120 s store timeout.
   finish(p, 60s);
   CHECK(WIFEXITED(p.status));
   CHECK(WEXITSTATUS(p.status) == 2);
-  CHECK(contains(p.err(), "closed the connection"));
+  CHECK(contains(p.err(), "store server at 127.0.0.1:"));
+}
+
+TEST_CASE("after losing the server, a client fails at once instead of waiting out its timeout") {
+  auto srv = std::make_unique<TcpStore>("127.0.0.1", 0, 0, true);
+  TcpStore client("127.0.0.1", srv->port(), 0, false, 120s);
+  client.set("k", std::string("v"));
+  srv.reset();
+  // "closed the connection" or "Connection reset by peer", depending on timing.
+  CHECK(contains(error_of([&] { client.get("k"); }), "store server at 127.0.0.1:"));
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg = error_of([&] { client.set("k", std::string("w")); });
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(contains(msg, "was lost earlier"));
+  CHECK(contains(msg, "127.0.0.1:"));
 }
 
 TEST_CASE("PrefixStore namespaces keys") {
