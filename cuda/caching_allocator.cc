@@ -1,0 +1,242 @@
+#include "cuda/caching_allocator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kiln::cuda {
+
+std::string format_bytes(size_t n) {
+  if (n < 1024) return fmt::format("{} B", n);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) { v /= 1024; ++u; }
+  return fmt::format("{:.2f} {}", v, units[u]);
+}
+
+CachingAllocatorCore::CachingAllocatorCore(MemoryBackend& backend, std::string device_name)
+    : backend_(backend), device_name_(std::move(device_name)) {}
+
+CachingAllocatorCore::~CachingAllocatorCore() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (PendingEvent& e : pending_) backend_.destroy_event(e.event);
+  pending_.clear();
+  release_cached();
+}
+
+size_t CachingAllocatorCore::round_size(size_t nbytes) {
+  if (nbytes < kMinBlock) return kMinBlock;
+  return (nbytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+
+size_t CachingAllocatorCore::segment_size(size_t rounded) {
+  if (rounded <= kSmallSize) return kSmallBuffer;
+  if (rounded < kMinLargeAlloc) return kLargeBuffer;
+  return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+CachingAllocatorCore::Block* CachingAllocatorCore::find_free(size_t size, StreamId stream, bool small) {
+  Pool& pool = pool_of(small);
+  Block key{nullptr, size, stream, small};
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  return b;
+}
+
+void* CachingAllocatorCore::allocate(size_t nbytes, StreamId stream) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> g(mu_);
+  process_events();
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallSize;
+  Block* b = find_free(size, stream, small);
+  if (b == nullptr) {
+    const size_t seg = segment_size(size);
+    void* p = backend_.raw_alloc(seg);
+    if (p == nullptr) {
+      release_cached();
+      p = backend_.raw_alloc(seg);
+    }
+    if (p == nullptr) throw_oom(nbytes, size, seg);
+    ++stats_.num_raw_allocs;
+    ++stats_.segments;
+    stats_.reserved += seg;
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+    b = new Block{static_cast<char*>(p), seg, stream, small};
+  }
+  // Split off the rest when it can serve another request of this pool: any 512 bytes in the
+  // small pool; more than 1 MiB in the large one (smaller tails would only fragment it).
+  const size_t rest = b->size - size;
+  if (small ? rest >= kMinBlock : rest > kSmallSize) {
+    Block* r = new Block{b->ptr + size, rest, stream, small};
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    pool_of(small).insert(r);
+  }
+  b->allocated = true;
+  active_[b->ptr] = b;
+  ++stats_.num_allocs;
+  ++stats_.active_blocks;
+  stats_.allocated += b->size;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  return b->ptr;
+}
+
+void CachingAllocatorCore::free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = active_.find(ptr);
+  KILN_CHECK(it != active_.end(), "{} caching allocator: free of {} which it did not allocate", device_name_, ptr);
+  Block* b = it->second;
+  active_.erase(it);
+  ++stats_.num_frees;
+  --stats_.active_blocks;
+  stats_.allocated -= b->size;
+  if (!b->stream_uses.empty()) {
+    // Other streams may still read or write it: reuse waits for their queued work.
+    for (StreamId s : b->stream_uses) {
+      pending_.push_back({backend_.record_event(s), b});
+      ++b->pending_events;
+    }
+    b->stream_uses.clear();
+    stats_.pending_free += b->size;
+    return;
+  }
+  return_block(b);
+}
+
+void CachingAllocatorCore::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = active_.find(ptr);
+  KILN_CHECK(it != active_.end(), "{} caching allocator: record_stream on {} which it did not allocate",
+             device_name_, ptr);
+  if (stream != it->second->stream) it->second->stream_uses.insert(stream);
+}
+
+void CachingAllocatorCore::return_block(Block* b) {
+  b->allocated = false;
+  Pool& pool = pool_of(b->small);
+  if (Block* p = b->prev; p != nullptr && !p->allocated) {
+    pool.erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next) b->next->prev = p;
+    delete b;
+    b = p;
+  }
+  if (Block* n = b->next; n != nullptr && !n->allocated) {
+    pool.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    delete n;
+  }
+  pool.insert(b);
+}
+
+void CachingAllocatorCore::process_events() {
+  if (pending_.empty()) return;
+  std::vector<PendingEvent> still;
+  for (PendingEvent& e : pending_) {
+    if (!backend_.event_done(e.event)) {
+      still.push_back(e);
+      continue;
+    }
+    backend_.destroy_event(e.event);
+    if (--e.block->pending_events == 0) {
+      stats_.pending_free -= e.block->size;
+      return_block(e.block);
+    }
+  }
+  pending_.swap(still);
+}
+
+size_t CachingAllocatorCore::release_cached() {
+  size_t released = 0;
+  for (Pool* pool : {&small_pool_, &large_pool_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev == nullptr && b->next == nullptr) {
+        backend_.raw_free(b->ptr);
+        released += b->size;
+        stats_.reserved -= b->size;
+        --stats_.segments;
+        ++stats_.num_raw_frees;
+        delete b;
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return released;
+}
+
+void CachingAllocatorCore::empty_cache() {
+  std::lock_guard<std::mutex> g(mu_);
+  process_events();
+  release_cached();
+}
+
+void CachingAllocatorCore::throw_oom(size_t nbytes, size_t rounded, size_t segment) {
+  ++stats_.num_ooms;
+  const size_t cached = stats_.reserved - stats_.allocated - stats_.pending_free;
+  std::string device;
+  size_t free_mem = 0, total = 0;
+  if (backend_.memory_info(&free_mem, &total))
+    device = fmt::format("; the device has {} in total, {} free", format_bytes(total), format_bytes(free_mem));
+  fail("{}: out of memory: tried to allocate {} (rounded to {}, a new segment of {}); {} is allocated by "
+       "tensors and {} is reserved by the caching allocator ({} of it cached, in blocks too small or "
+       "fragmented to use; unsplit cached segments were released and the allocation retried){}. Free "
+       "tensors you no longer need, or reduce the batch size",
+       device_name_, format_bytes(nbytes), format_bytes(rounded), format_bytes(segment),
+       format_bytes(stats_.allocated), format_bytes(stats_.reserved), format_bytes(cached), device);
+}
+
+MemoryStats CachingAllocatorCore::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  MemoryStats s = stats_;
+  s.cached = s.reserved - s.allocated - s.pending_free;
+  return s;
+}
+
+void CachingAllocatorCore::reset_peak_stats() {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+size_t CachingAllocatorCore::block_size(void* ptr) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = active_.find(ptr);
+  return it == active_.end() ? 0 : it->second->size;
+}
+
+std::string CachingAllocatorCore::summary() const {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t small_free = 0, large_free = 0;
+  for (const Block* b : small_pool_) small_free += b->size;
+  for (const Block* b : large_pool_) large_free += b->size;
+  std::string s = fmt::format("memory summary of {}\n", device_name_);
+  s += fmt::format("  allocated     {:>12}  (peak {}) in {} blocks\n", format_bytes(stats_.allocated),
+                   format_bytes(stats_.peak_allocated), stats_.active_blocks);
+  s += fmt::format("  reserved      {:>12}  (peak {}) in {} segments\n", format_bytes(stats_.reserved),
+                   format_bytes(stats_.peak_reserved), stats_.segments);
+  s += fmt::format("  cached free   {:>12}  ({} blocks of <= 1 MiB requests: {}; {} blocks of larger: {})\n",
+                   format_bytes(small_free + large_free), small_pool_.size(), format_bytes(small_free),
+                   large_pool_.size(), format_bytes(large_free));
+  s += fmt::format("  waiting       {:>12}  (freed, in use by another stream until its event)\n",
+                   format_bytes(stats_.pending_free));
+  s += fmt::format("  calls         {} allocations, {} frees, {} device allocations, {} device frees, {} out of memory\n",
+                   stats_.num_allocs, stats_.num_frees, stats_.num_raw_allocs, stats_.num_raw_frees,
+                   stats_.num_ooms);
+  return s;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,139 @@
+// The caching allocator's block pool, kept apart from CUDA so its logic runs (and is tested) on
+// any machine: the real allocator (cuda/allocator.cc) plugs cudaMalloc/cudaFree and CUDA events
+// into MemoryBackend, tests plug a fake. Promises: requests are rounded to 512 bytes; requests
+// of up to 1 MiB share 2 MiB segments, larger ones come from 20 MiB segments (under 10 MiB) or
+// their own segment rounded to 2 MiB; a free block is split when the rest is worth keeping and
+// merged with free neighbours on free; a freed block is reused only by its own stream, and a
+// block also used on other streams (record_stream) only once events on those streams say they
+// are done; on out-of-memory the cache is released and the allocation retried before the error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::cuda {
+
+/// A stream as the allocator sees it: the cudaStream_t's value (0 = the default stream).
+using StreamId = uintptr_t;
+
+/// What the block pool needs from a device: raw memory and events.
+class MemoryBackend {
+ public:
+  virtual ~MemoryBackend() = default;
+  /// `nbytes` of fresh device memory, or nullptr when the device has none left.
+  virtual void* raw_alloc(size_t nbytes) = 0;
+  virtual void raw_free(void* ptr) = 0;
+  /// An event recorded now on `stream` (owned by the caller until destroy_event).
+  virtual void* record_event(StreamId stream) = 0;
+  /// Whether the work before the event has finished.
+  virtual bool event_done(void* event) = 0;
+  virtual void destroy_event(void* event) = 0;
+  /// Free and total device memory, for the out-of-memory message; false when unknown.
+  virtual bool memory_info(size_t* free, size_t* total) { (void)free; (void)total; return false; }
+};
+
+struct MemoryStats {
+  size_t allocated = 0;       ///< bytes in blocks handed out (rounded sizes)
+  size_t peak_allocated = 0;
+  size_t reserved = 0;        ///< bytes obtained from the device (allocated + cached)
+  size_t peak_reserved = 0;
+  size_t cached = 0;          ///< reserved bytes in free blocks ready for reuse
+  size_t pending_free = 0;    ///< freed bytes waiting on another stream's event
+  int64_t active_blocks = 0;
+  int64_t segments = 0;
+  int64_t num_allocs = 0;
+  int64_t num_frees = 0;
+  int64_t num_raw_allocs = 0;
+  int64_t num_raw_frees = 0;
+  int64_t num_ooms = 0;
+};
+
+class CachingAllocatorCore {
+ public:
+  static constexpr size_t kMinBlock = 512;
+  static constexpr size_t kSmallSize = size_t{1} << 20;      // small pool: requests <= 1 MiB
+  static constexpr size_t kSmallBuffer = size_t{2} << 20;    // segment size of the small pool
+  static constexpr size_t kLargeBuffer = size_t{20} << 20;   // segment for requests < 10 MiB
+  static constexpr size_t kMinLargeAlloc = size_t{10} << 20;
+  static constexpr size_t kRoundLarge = size_t{2} << 20;
+
+  /// `device_name` ("cuda:0") appears in messages.
+  CachingAllocatorCore(MemoryBackend& backend, std::string device_name);
+  /// Returns every cached segment to the backend (blocks still handed out are leaked).
+  ~CachingAllocatorCore();
+  CachingAllocatorCore(const CachingAllocatorCore&) = delete;
+  CachingAllocatorCore& operator=(const CachingAllocatorCore&) = delete;
+
+  /// A block of at least `nbytes` for use on `stream`; nullptr for 0 bytes. Throws kiln::Error
+  /// (the out-of-memory message) when the device cannot supply it even after emptying the cache.
+  void* allocate(size_t nbytes, StreamId stream);
+  /// Returns a block to its stream's pool (after the events of its other streams, if any).
+  void free(void* ptr);
+  /// Marks a block as used on `stream` too: when freed it is not reused until the work queued
+  /// on `stream` by then has finished.
+  void record_stream(void* ptr, StreamId stream);
+  /// Gives every fully free segment back to the device.
+  void empty_cache();
+
+  MemoryStats stats() const;
+  void reset_peak_stats();
+  /// A readable account of the allocator's memory (allocated, reserved, cached, call counts).
+  std::string summary() const;
+  /// The rounded size of a block handed out by allocate (0 if `ptr` is not one).
+  size_t block_size(void* ptr) const;
+
+  static size_t round_size(size_t nbytes);
+  /// The segment size requested from the device for a rounded request.
+  static size_t segment_size(size_t rounded);
+
+ private:
+  struct Block {
+    char* ptr;
+    size_t size;
+    StreamId stream;
+    bool small;
+    bool allocated = false;  // handed out, or freed but waiting on events
+    int pending_events = 0;
+    Block* prev = nullptr;   // neighbours within one segment
+    Block* next = nullptr;
+    std::set<StreamId> stream_uses;
+  };
+  struct BlockLess {
+    bool operator()(const Block* a, const Block* b) const {
+      if (a->stream != b->stream) return a->stream < b->stream;
+      if (a->size != b->size) return a->size < b->size;
+      return a->ptr < b->ptr;
+    }
+  };
+  using Pool = std::set<Block*, BlockLess>;
+  struct PendingEvent {
+    void* event;
+    Block* block;
+  };
+
+  Pool& pool_of(bool small) { return small ? small_pool_ : large_pool_; }
+  Block* find_free(size_t size, StreamId stream, bool small);
+  void return_block(Block* b);  // merges with free neighbours and puts it in its pool
+  void process_events();
+  size_t release_cached();  // frees unsplit free segments; returns bytes released
+  [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment);
+
+  MemoryBackend& backend_;
+  std::string device_name_;
+  mutable std::mutex mu_;
+  Pool small_pool_, large_pool_;
+  std::unordered_map<void*, Block*> active_;
+  std::vector<PendingEvent> pending_;
+  MemoryStats stats_;
+};
+
+/// "1.50 GiB", "512 B": the unit the allocator's messages use.
+std::string format_bytes(size_t n);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,46 @@
+#include "cuda/copy.h"
+
+#include <cuda_runtime_api.h>
+
+#include "core/kernels.h"
+#include "cuda/allocator.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
+#include "cuda/stream.h"
+
+namespace kiln::cuda {
+
+void copy_across_devices(Tensor& out, const Tensor& src) {
+  KILN_CHECK(out.sizes() == src.sizes() && out.dtype() == src.dtype(),
+             "copy_across_devices: {} {} -> {} {} differ in shape or dtype", src.dtype(), src.sizes(), out.dtype(),
+             out.sizes());
+  KILN_CHECK(src.is_contiguous() && out.is_contiguous(), "copy_across_devices: operands must be contiguous");
+  const size_t nbytes = static_cast<size_t>(src.numel()) * src.element_size();
+  if (nbytes == 0) return;
+  void* dst = out.data_ptr();
+  const void* from = src.data_ptr();
+  if (out.is_cuda() && src.device().is_cpu()) {
+    DeviceGuard g(out.device());
+    Stream s = current_stream(out.device().index);
+    // From pageable memory cudaMemcpyAsync returns once the source is staged, so the caller may
+    // reuse it; from pinned memory it returns at once, and the block is held until the copy ends.
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyHostToDevice, s.raw()));
+    if (detail::is_pinned_ptr(from)) detail::record_pinned_use(from, s);
+  } else if (out.device().is_cpu() && src.is_cuda()) {
+    DeviceGuard g(src.device());
+    Stream s = current_stream(src.device().index);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDeviceToHost, s.raw()));
+    s.synchronize();
+  } else if (out.is_cuda() && src.is_cuda()) {
+    current_stream(src.device().index).synchronize();
+    DeviceGuard g(out.device());
+    Stream s = current_stream(out.device().index);
+    KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, out.device().index, from, src.device().index, nbytes, s.raw()));
+  } else {
+    fail("copy_across_devices: {} -> {} is not a CUDA copy", src.device(), out.device());
+  }
+}
+
+KILN_REGISTER_KERNEL(copy_across_devices, DeviceType::CUDA, &copy_across_devices);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,143 @@
+// Host side of the CUDA fill/copy/unary/binary kernels: checks dtypes as the CPU kernels do,
+// turns Tensors into coalesced geometry (cuda/kernels/launch.h) and launches on the current
+// stream of the output's device. Registered into the same kernel slots as the CPU kernels.
+#include <cuda_runtime_api.h>
+
+#include <array>
+
+#include "core/kernels.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
+#include "cuda/kernels/launch.h"
+#include "cuda/stream.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kern::ElementwiseArgs;
+using kern::ScalarType;
+
+static_assert(static_cast<int>(ScalarType::b8) == static_cast<int>(DType::b8) &&
+              static_cast<int>(ScalarType::i32) == static_cast<int>(DType::i32) &&
+              static_cast<int>(ScalarType::i64) == static_cast<int>(DType::i64) &&
+              static_cast<int>(ScalarType::f16) == static_cast<int>(DType::f16) &&
+              static_cast<int>(ScalarType::bf16) == static_cast<int>(DType::bf16) &&
+              static_cast<int>(ScalarType::f32) == static_cast<int>(DType::f32) &&
+              static_cast<int>(ScalarType::f64) == static_cast<int>(DType::f64));
+
+ScalarType scalar_type(DType t) { return static_cast<ScalarType>(t); }
+
+/// The operands' common geometry with size-1 dims dropped and dims merged wherever every operand
+/// walks them as one (a contiguous tensor becomes 1-D), so the offset calculator does little.
+template <int N>
+ElementwiseArgs<N> make_args(const char* op, const std::array<const Tensor*, N>& ts) {
+  const Tensor& out = *ts[0];
+  for (const Tensor* t : ts) {
+    KILN_CHECK(t->device() == out.device(), "{} (cuda): operand on {} but the output is on {}", op, t->device(),
+               out.device());
+    KILN_CHECK(t->sizes() == out.sizes(), "{} (cuda): operand shape {} differs from output shape {}", op,
+               t->sizes(), out.sizes());
+  }
+  ElementwiseArgs<N> a;
+  a.numel = out.numel();
+  for (int k = 0; k < N; ++k) a.data[k] = ts[k]->data_ptr();
+  // Walk the dims from the innermost, keeping those of size > 1 and merging into the kept one
+  // when contiguous for all operands.
+  int64_t sizes[64];
+  int64_t strides[N][64];
+  int nd = 0;
+  for (int64_t d = out.dim() - 1; d >= 0; --d) {
+    const int64_t sz = out.size(d);
+    if (sz == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; k < N && merge; ++k) merge = ts[k]->stride(d) == strides[k][nd - 1] * sizes[nd - 1];
+    if (merge) {
+      sizes[nd - 1] *= sz;
+      continue;
+    }
+    KILN_CHECK(nd < 64, "{} (cuda): too many dims", op);
+    sizes[nd] = sz;
+    for (int k = 0; k < N; ++k) strides[k][nd] = ts[k]->stride(d);
+    ++nd;
+  }
+  KILN_CHECK(nd <= kern::kMaxDims, "{} (cuda): {} non-mergeable dims, at most {} supported", op, nd, kern::kMaxDims);
+  a.ndim = nd;
+  // Stored outermost first, as the offset calculator expects.
+  for (int i = 0; i < nd; ++i) {
+    a.sizes[i] = sizes[nd - 1 - i];
+    for (int k = 0; k < N; ++k) a.strides[k][i] = strides[k][nd - 1 - i];
+  }
+  a.contiguous = true;
+  for (int k = 0; k < N; ++k) a.contiguous = a.contiguous && (nd == 0 || (nd == 1 && a.strides[k][0] == 1));
+  return a;
+}
+
+CUstream_st* stream_of(const Tensor& out) { return current_stream(out.device().index).raw(); }
+
+void fill_kernel(Tensor& out, const Scalar& value) {
+  DeviceGuard g(out.device());
+  auto a = make_args<1>("fill", {&out});
+  kern::launch_fill(scalar_type(out.dtype()), a, value.to<double>(), value.to<int64_t>(), stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void copy_kernel(Tensor& out, const Tensor& src) {
+  DeviceGuard g(out.device());
+  auto a = make_args<2>("copy", {&out, &src});
+  kern::launch_copy(scalar_type(out.dtype()), scalar_type(src.dtype()), a, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+bool integer_unary(UnaryKind k) {
+  switch (k) {
+    case UnaryKind::neg:
+    case UnaryKind::abs:
+    case UnaryKind::relu:
+    case UnaryKind::square:
+    case UnaryKind::sign:
+    case UnaryKind::pow_scalar:
+    case UnaryKind::clamp: return true;
+    default: return false;
+  }
+}
+
+void unary_kernel(const UnaryOp& op, Tensor& out, const Tensor& x) {
+  KILN_CHECK(out.dtype() == x.dtype(), "unary {}: input dtype {} differs from output dtype {}", kind_name(op.kind),
+             x.dtype(), out.dtype());
+  KILN_CHECK(out.dtype() != kBool, "unary {}: dtype bool is not supported", kind_name(op.kind));
+  KILN_CHECK(is_floating(out.dtype()) || integer_unary(op.kind),
+             "unary {}: not defined for integer dtype {} (promote to a floating dtype first)", kind_name(op.kind),
+             out.dtype());
+  DeviceGuard g(out.device());
+  auto a = make_args<2>("unary", {&out, &x});
+  kern::launch_unary(op, scalar_type(out.dtype()), a, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void binary_kernel(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+             "binary {}: operand dtypes {} and {} differ from output dtype {}", kind_name(kind), a.dtype(), b.dtype(),
+             out.dtype());
+  const bool arith = kind == BinaryKind::add || kind == BinaryKind::sub || kind == BinaryKind::mul ||
+                     kind == BinaryKind::pow || kind == BinaryKind::maximum || kind == BinaryKind::minimum;
+  if (out.dtype() == kBool)
+    KILN_CHECK(kind == BinaryKind::add || kind == BinaryKind::mul || kind == BinaryKind::maximum ||
+                   kind == BinaryKind::minimum,
+               "binary {}: not defined for bool tensors", kind_name(kind));
+  else if (!is_floating(out.dtype()))
+    KILN_CHECK(arith, "binary {}: not defined for integer dtype {} (promote to a floating dtype first)",
+               kind_name(kind), out.dtype());
+  DeviceGuard g(out.device());
+  auto args = make_args<3>("binary", {&out, &a, &b});
+  kern::launch_binary(kind, scalar_type(out.dtype()), args, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(fill, DeviceType::CUDA, &fill_kernel);
+KILN_REGISTER_KERNEL(copy, DeviceType::CUDA, &copy_kernel);
+KILN_REGISTER_KERNEL(unary, DeviceType::CUDA, &unary_kernel);
+KILN_REGISTER_KERNEL(binary, DeviceType::CUDA, &binary_kernel);
+
+}  // namespace kiln::cuda

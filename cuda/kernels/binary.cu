@@ -1,0 +1,98 @@
+// Elementwise binary ops on CUDA (with broadcasting through zero strides), the same formulas as
+// core/cpu/elementwise_kernels.cc, fused activation backward kinds included. Bool: + and max
+// are "or", * and min are "and".
+#include <cmath>
+
+#include "cuda/kernels/dtypes.cuh"
+#include "cuda/kernels/loops.cuh"
+
+namespace kiln::cuda::kern {
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+template <class T> struct FloatBinaryF {
+  using M = opmath_t<T>;
+  BinaryKind kind;
+  __device__ T operator()(T xs, T ys) const {
+    const M x = to_math(xs), y = to_math(ys);
+    M r;
+    switch (kind) {
+      case BinaryKind::add: r = x + y; break;
+      case BinaryKind::sub: r = x - y; break;
+      case BinaryKind::mul: r = x * y; break;
+      case BinaryKind::div: r = x / y; break;
+      case BinaryKind::pow: r = pow(x, y); break;
+      case BinaryKind::maximum: r = x != x ? x : (x > y ? x : y); break;
+      case BinaryKind::minimum: r = x != x ? x : (x < y ? x : y); break;
+      case BinaryKind::relu_backward: r = y > M(0) ? x : M(0); break;
+      case BinaryKind::gelu_backward: {
+        const M cdf = M(0.5) * (M(1) + erf(y * M(kInvSqrt2)));
+        const M pdf = exp(M(-0.5) * y * y) * M(kInvSqrt2Pi);
+        r = x * (cdf + y * pdf);
+        break;
+      }
+      case BinaryKind::silu_backward: {
+        const M s = M(1) / (M(1) + exp(-y));
+        r = x * s * (M(1) + y * (M(1) - s));
+        break;
+      }
+      case BinaryKind::sigmoid_backward: r = x * y * (M(1) - y); break;
+      case BinaryKind::tanh_backward: r = x * (M(1) - y * y); break;
+      default: r = x; break;
+    }
+    return from_math<T>(r);
+  }
+};
+
+template <class I> __device__ __forceinline__ I int_pow(I base, I e) {
+  if (e < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (e & 1) ? -1 : 1;
+    return 0;
+  }
+  I r = 1;
+  while (e) {
+    if (e & 1) r = static_cast<I>(r * base);
+    base = static_cast<I>(base * base);
+    e >>= 1;
+  }
+  return r;
+}
+
+template <class T> struct IntBinaryF {
+  BinaryKind kind;
+  __device__ T operator()(T x, T y) const {
+    switch (kind) {
+      case BinaryKind::add: return static_cast<T>(x + y);
+      case BinaryKind::sub: return static_cast<T>(x - y);
+      case BinaryKind::mul: return static_cast<T>(x * y);
+      case BinaryKind::pow: return int_pow(x, y);
+      case BinaryKind::maximum: return x > y ? x : y;
+      case BinaryKind::minimum: return x < y ? x : y;
+      default: return x;
+    }
+  }
+};
+
+struct BoolBinaryF {
+  bool is_or;
+  __device__ bool operator()(bool x, bool y) const { return is_or ? (x || y) : (x && y); }
+};
+
+}  // namespace
+
+void launch_binary(BinaryKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream) {
+  dispatch_all(type, [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      run_elementwise<bool, bool, 2>(a, BoolBinaryF{kind == BinaryKind::add || kind == BinaryKind::maximum}, stream);
+    } else if constexpr (std::is_integral_v<T>) {
+      run_elementwise<T, T, 2>(a, IntBinaryF<T>{kind}, stream);
+    } else {
+      run_elementwise<T, T, 2>(a, FloatBinaryF<T>{kind}, stream);
+    }
+  });
+}
+
+}  // namespace kiln::cuda::kern

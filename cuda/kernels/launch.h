@@ -1,0 +1,40 @@
+// The interface between the host side of the CUDA kernels (cuda/*.cc, compiled by g++, which
+// unpacks Tensors) and the .cu launchers (compiled by nvcc, which never see a Tensor, fmt or
+// Eigen): plain geometry structs, dtype codes and the op kinds. Every launcher queues work on
+// the stream it is given and returns at once.
+#pragma once
+
+#include <cstdint>
+
+#include "core/op_kinds.h"
+
+struct CUstream_st;
+
+namespace kiln::cuda::kern {
+
+/// Dims an elementwise operand may have after coalescing (core tensors rarely exceed 6).
+inline constexpr int kMaxDims = 10;
+
+/// kiln::DType's values (checked by a static_assert on the host side).
+enum class ScalarType : int8_t { b8, i32, i64, f16, bf16, f32, f64 };
+
+/// N operands (0 is the output) of one shape; strides in elements, dims coalesced.
+template <int N> struct ElementwiseArgs {
+  int ndim = 0;
+  int64_t numel = 0;
+  bool contiguous = false;  ///< every operand dense in order (ndim <= 1, strides 1)
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};
+  void* data[N] = {};
+};
+
+/// out = value (given as double and int64: the launcher takes the one out's type needs).
+void launch_fill(ScalarType out, const ElementwiseArgs<1>& a, double dvalue, int64_t ivalue, CUstream_st* stream);
+/// out = src converted to out's type as the CPU copy kernel converts.
+void launch_copy(ScalarType out, ScalarType src, const ElementwiseArgs<2>& a, CUstream_st* stream);
+/// out = op(x); out and x share `type`.
+void launch_unary(const UnaryOp& op, ScalarType type, const ElementwiseArgs<2>& a, CUstream_st* stream);
+/// out = kind(a, b); all three share `type`.
+void launch_binary(BinaryKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
+
+}  // namespace kiln::cuda::kern

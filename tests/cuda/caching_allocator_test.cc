@@ -1,0 +1,242 @@
+// The caching allocator's block pool on a fake device (runs everywhere, GPU or not): rounding,
+// splitting and merging, per-stream reuse, cross-stream reuse only after the events say so,
+// statistics, empty_cache and the out-of-memory message.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/caching_allocator.h"
+
+using kiln::cuda::CachingAllocatorCore;
+using kiln::cuda::MemoryStats;
+
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+
+/// Host memory standing in for a device with `capacity` bytes; events complete when told to.
+class FakeDevice final : public kiln::cuda::MemoryBackend {
+ public:
+  explicit FakeDevice(size_t capacity) : capacity_(capacity) {}
+  ~FakeDevice() override { CHECK(live_.empty()); }
+
+  void* raw_alloc(size_t n) override {
+    if (used_ + n > capacity_) return nullptr;
+    void* p = std::malloc(n);
+    live_[p] = n;
+    used_ += n;
+    ++raw_allocs;
+    return p;
+  }
+  void raw_free(void* p) override {
+    auto it = live_.find(p);
+    REQUIRE(it != live_.end());
+    used_ -= it->second;
+    live_.erase(it);
+    std::free(p);
+  }
+  void* record_event(kiln::cuda::StreamId s) override {
+    auto* e = new Event{s, false};
+    ++events_live;
+    return e;
+  }
+  bool event_done(void* e) override { return static_cast<Event*>(e)->done || all_done; }
+  void destroy_event(void* e) override {
+    delete static_cast<Event*>(e);
+    --events_live;
+  }
+  bool memory_info(size_t* free, size_t* total) override {
+    *free = capacity_ - used_;
+    *total = capacity_;
+    return true;
+  }
+
+  size_t used() const { return used_; }
+  int raw_allocs = 0;
+  int events_live = 0;
+  bool all_done = false;
+
+ private:
+  struct Event {
+    kiln::cuda::StreamId stream;
+    bool done;
+  };
+  size_t capacity_;
+  size_t used_ = 0;
+  std::map<void*, size_t> live_;
+};
+
+constexpr kiln::cuda::StreamId kS0 = 0, kS1 = 0x1000;
+
+}  // namespace
+
+TEST_CASE("requests are rounded to 512 bytes and segment sizes follow the pools") {
+  CHECK(CachingAllocatorCore::round_size(1) == 512);
+  CHECK(CachingAllocatorCore::round_size(512) == 512);
+  CHECK(CachingAllocatorCore::round_size(513) == 1024);
+  CHECK(CachingAllocatorCore::segment_size(512) == 2 * MiB);
+  CHECK(CachingAllocatorCore::segment_size(MiB) == 2 * MiB);
+  CHECK(CachingAllocatorCore::segment_size(MiB + 512) == 20 * MiB);
+  CHECK(CachingAllocatorCore::segment_size(10 * MiB) == 10 * MiB);
+  CHECK(CachingAllocatorCore::segment_size(11 * MiB + 1) == 12 * MiB);
+}
+
+TEST_CASE("small blocks are split from one 2 MiB segment and merged back when freed") {
+  FakeDevice dev(64 * MiB);
+  {
+    CachingAllocatorCore a(dev, "fake:0");
+    char* p = static_cast<char*>(a.allocate(1000, kS0));
+    char* q = static_cast<char*>(a.allocate(3000, kS0));
+    CHECK(dev.raw_allocs == 1);
+    CHECK(a.block_size(p) == 1024);
+    CHECK(a.block_size(q) == 3072);
+    CHECK(q == p + 1024);  // carved from the same segment, right after p
+    MemoryStats s = a.stats();
+    CHECK(s.allocated == 4096);
+    CHECK(s.reserved == 2 * MiB);
+    CHECK(s.cached == 2 * MiB - 4096);
+    a.free(p);
+    a.free(q);
+    s = a.stats();
+    CHECK(s.allocated == 0);
+    CHECK(s.cached == 2 * MiB);
+    // Merged back into one block: a request for the whole segment fits without a new one.
+    void* whole = a.allocate(2 * MiB - 512, kS0);  // large pool: needs its own segment
+    CHECK(whole != nullptr);
+    void* small_whole = a.allocate(MiB, kS0);
+    CHECK(small_whole == p);  // the merged small segment serves a 1 MiB request
+    a.free(whole);
+    a.free(small_whole);
+  }
+  CHECK(dev.used() == 0);  // the destructor returned every cached segment
+}
+
+TEST_CASE("a freed block is reused by the same stream, not by another") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(30 * MiB, kS0);
+  a.free(p);
+  CHECK(a.allocate(30 * MiB, kS0) == p);  // same stream: the cached block comes back
+  CHECK(dev.raw_allocs == 1);
+  a.free(p);
+  void* q = a.allocate(30 * MiB, kS1);  // other stream: a new segment
+  CHECK(q != p);
+  CHECK(dev.raw_allocs == 2);
+  a.free(q);
+}
+
+TEST_CASE("large blocks split only when more than 1 MiB would be left") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(12 * MiB, kS0);  // own 12 MiB segment
+  a.free(p);
+  void* q = a.allocate(11 * MiB + 512, kS0);  // 12 MiB block, rest < 1 MiB: not split
+  CHECK(q == p);
+  CHECK(a.block_size(q) == 12 * MiB);
+  a.free(q);
+  void* r = a.allocate(4 * MiB, kS0);  // fits in the 12 MiB block, split: 8 MiB stay cached
+  CHECK(r == p);
+  CHECK(a.block_size(r) == 4 * MiB);
+  void* s = a.allocate(8 * MiB, kS0);
+  CHECK(s == static_cast<char*>(p) + 4 * MiB);
+  CHECK(dev.raw_allocs == 1);
+  a.free(r);
+  a.free(s);
+}
+
+TEST_CASE("a block used on another stream waits for that stream's event before reuse") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(30 * MiB, kS0);
+  a.record_stream(p, kS1);
+  a.free(p);
+  CHECK(dev.events_live == 1);
+  MemoryStats s = a.stats();
+  CHECK(s.allocated == 0);
+  CHECK(s.pending_free == 30 * MiB);
+  CHECK(s.reserved == 30 * MiB);
+  CHECK(s.cached == 0);  // waiting bytes are not reusable cache
+  void* q = a.allocate(30 * MiB, kS0);  // event pending: not reused
+  CHECK(q != p);
+  a.free(q);
+  dev.all_done = true;
+  void* r = a.allocate(30 * MiB, kS0);  // the event completed: p comes back
+  CHECK(dev.events_live == 0);
+  CHECK((r == p || r == q));
+  CHECK(a.stats().pending_free == 0);
+  a.free(r);
+}
+
+TEST_CASE("peak statistics and reset") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(40 * MiB, kS0);
+  void* q = a.allocate(20 * MiB, kS0);
+  a.free(p);
+  MemoryStats s = a.stats();
+  CHECK(s.allocated == 20 * MiB);
+  CHECK(s.peak_allocated == 60 * MiB);
+  CHECK(s.reserved == 60 * MiB);
+  CHECK(s.peak_reserved == 60 * MiB);
+  CHECK(s.num_allocs == 2);
+  CHECK(s.num_frees == 1);
+  a.reset_peak_stats();
+  CHECK(a.stats().peak_allocated == 20 * MiB);
+  a.free(q);
+  std::string sum = a.summary();
+  CHECK(sum.find("memory summary of fake:0") != std::string::npos);
+  CHECK(sum.find("reserved") != std::string::npos);
+  CHECK(sum.find("60.00 MiB") != std::string::npos);
+}
+
+TEST_CASE("empty_cache returns free segments to the device and keeps used ones") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(40 * MiB, kS0);
+  void* q = a.allocate(100, kS0);
+  void* r = a.allocate(100, kS0);
+  a.free(p);
+  a.free(q);
+  CHECK(dev.used() == 42 * MiB);
+  a.empty_cache();
+  CHECK(dev.used() == 2 * MiB);  // the small segment still holds r
+  CHECK(a.stats().reserved == 2 * MiB);
+  a.free(r);
+  a.empty_cache();
+  CHECK(dev.used() == 0);
+  CHECK(a.stats().reserved == 0);
+  CHECK(a.stats().num_raw_frees == 2);
+}
+
+TEST_CASE("out of memory: the cache is released and retried, then the message says what and why") {
+  FakeDevice dev(100 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* p = a.allocate(60 * MiB, kS1);
+  a.free(p);  // cached on stream 1: unusable for stream 0 as is
+  void* q = a.allocate(70 * MiB, kS0);  // fits only after the cached 60 MiB is released
+  CHECK(q != nullptr);
+  CHECK(a.stats().reserved == 70 * MiB);
+  std::string msg;
+  try {
+    a.allocate(50 * MiB, kS0);
+  } catch (const kiln::Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("fake:0: out of memory: tried to allocate 50.00 MiB") != std::string::npos);
+  CHECK(msg.find("70.00 MiB is allocated by tensors") != std::string::npos);
+  CHECK(msg.find("70.00 MiB is reserved") != std::string::npos);
+  CHECK(msg.find("100.00 MiB in total, 30.00 MiB free") != std::string::npos);
+  CHECK(a.stats().num_ooms == 1);
+  a.free(q);
+}
+
+TEST_CASE("freeing a pointer the allocator never gave out is an error") {
+  FakeDevice dev(16 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  int x;
+  CHECK_THROWS_WITH_AS(a.free(&x), doctest::Contains("did not allocate"), kiln::Error);
+}

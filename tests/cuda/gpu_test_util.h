@@ -1,0 +1,50 @@
+// Shared by the GPU tests: a visible skip on machines without a CUDA device, and comparisons of
+// a CUDA result with the CPU kernel's.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/ops.h"
+#include "cuda/device.h"
+
+namespace kiln::test {
+
+/// True (after saying so on stdout and in doctest's log) when there is no CUDA device.
+inline bool skip_without_gpu() {
+  if (cuda::device_count() > 0) return false;
+  std::printf("skipped: no CUDA device (%s)\n", doctest::getContextOptions()->currentTest->m_name);
+  MESSAGE("skipped: no CUDA device");
+  return true;
+}
+
+#define KILN_REQUIRE_GPU() \
+  do {                     \
+    if (::kiln::test::skip_without_gpu()) return; \
+  } while (0)
+
+/// |a - b| <= atol + rtol * |b| elementwise (on the host in f64); NaN matches NaN.
+inline bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.sizes() != b.sizes()) return false;
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (!(std::fabs(x[i] - y[i]) <= atol + rtol * std::fabs(y[i]))) return false;
+  }
+  return true;
+}
+
+/// The tolerance a dtype's kernels are held to against the CPU (STYLE.md).
+inline double tolerance(DType t) {
+  switch (t) {
+    case kFloat16:
+    case kBFloat16: return 1e-2;
+    case kFloat32: return 1e-5;
+    case kFloat64: return 1e-12;
+    default: return 0;
+  }
+}
+
+}  // namespace kiln::test
