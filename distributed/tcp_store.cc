@@ -38,13 +38,12 @@ TcpStore::TcpStore(std::string host, int port, int world_size, bool is_server, M
     server_ = std::make_unique<TcpStoreServer>(port);
     port_ = server_->port();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  connect_locked();
+  connect_to_server();
 }
 
 TcpStore::~TcpStore() = default;
 
-void TcpStore::connect_locked() {
+void TcpStore::connect_to_server() {
   const std::string addr = address();
   Fd fd = connect_with_retry(host_, port_, timeout_);
   const Clock::time_point deadline = deadline_after(timeout_);

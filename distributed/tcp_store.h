@@ -52,7 +52,7 @@ class TcpStore final : public Store {
   /// request for error messages; `reply_within` is how long the server may take to answer.
   std::vector<uint8_t> call(wire::Writer& request, const std::string& what, Millis reply_within,
                             const std::vector<std::string>& waited_keys = {});
-  void connect_locked();
+  void connect_to_server();
   void lose_connection_locked(const std::string& why);
 
   std::string host_;

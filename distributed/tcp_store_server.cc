@@ -180,14 +180,11 @@ void TcpStoreServer::Impl::accept_all() {
 void TcpStoreServer::Impl::read_from(Conn& c) {
   size_t at = c.in.size();
   c.in.resize(at + kReadChunk);
-  ssize_t k = ::recv(c.fd.get(), c.in.data() + at, kReadChunk, 0);
-  c.in.resize(at + std::max<ssize_t>(k, 0));
-  if (k == 0) {
-    // A hang-up, possibly mid-message: a client that exits is normal, nothing to report.
-    drop(c, "");
-  } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    drop(c, "");
-  }
+  const ssize_t k = ::recv(c.fd.get(), c.in.data() + at, kReadChunk, 0);
+  const int err = errno;
+  c.in.resize(at + static_cast<size_t>(std::max<ssize_t>(k, 0)));
+  // A hang-up or reset, possibly mid-message: a client that exits is normal, nothing to report.
+  if (k == 0 || (k < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)) drop(c, "");
 }
 
 void TcpStoreServer::Impl::handle_hello(Conn& c) {
