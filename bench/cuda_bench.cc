@@ -1,0 +1,77 @@
+// CUDA micro-benchmarks: elementwise GB/s (copy, cast, add, broadcast add, exp, strided copy) and
+// host <-> device bandwidth from pageable and pinned memory. Prints a table and one JSON line;
+// without a CUDA device it says so and exits 0.
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "cuda/allocator.h"
+#include "cuda/device.h"
+#include "cuda/stream.h"
+
+using namespace kiln;
+
+namespace {
+
+/// Median-free simple timing: warm-up, then `iters` runs between two timing events.
+double time_ms(const std::function<void()>& f, int iters = 20) {
+  f();
+  cuda::synchronize();
+  cuda::Event start(true), end(true);
+  start.record(cuda::current_stream(0));
+  for (int i = 0; i < iters; ++i) f();
+  end.record(cuda::current_stream(0));
+  end.synchronize();
+  return start.elapsed_ms(end) / iters;
+}
+
+}  // namespace
+
+int main() {
+  if (cuda::device_count() == 0) {
+    std::printf("skipped: no CUDA device\n{\"bench\": \"cuda_bench\", \"skipped\": \"no CUDA device\"}\n");
+    return 0;
+  }
+  std::printf("device: %s\n", cuda::device_description(0).c_str());
+  const Device gpu("cuda:0");
+  const int64_t n = int64_t{1} << 26;  // 64 Mi elements
+  Tensor a = randn({n}).to(gpu), b = randn({n}).to(gpu), row = randn({1, 8192}).to(gpu);
+  Tensor a2 = a.view({n / 8192, 8192});
+  Tensor out = empty({n}, dtype(kFloat32).device(gpu));
+  Tensor out16 = empty({n}, dtype(kFloat16).device(gpu));
+  struct Row {
+    std::string name;
+    double bytes;
+    std::function<void()> f;
+  };
+  const double f4 = 4.0 * n;
+  std::vector<Row> rows = {
+      {"copy f32", 2 * f4, [&] { out.copy_(a); }},
+      {"cast f32->f16", f4 + 2.0 * n, [&] { out16.copy_(a); }},
+      {"add f32", 3 * f4, [&] { Tensor c = a + b; }},
+      {"add f32 broadcast row", 2 * f4, [&] { Tensor c = a2 + row; }},
+      {"exp f32", 2 * f4, [&] { Tensor c = a.exp(); }},
+      {"transpose copy f32", 2 * f4, [&] { Tensor c = a2.transpose(0, 1).contiguous(); }},
+  };
+  std::string json = "{\"bench\": \"cuda_bench\"";
+  std::printf("%-26s %10s %10s\n", "op", "ms", "GB/s");
+  for (auto& r : rows) {
+    const double ms = time_ms(r.f);
+    std::printf("%-26s %10.3f %10.1f\n", r.name.c_str(), ms, r.bytes / ms / 1e6);
+    json += fmt::format(", \"{} GB/s\": {:.1f}", r.name, r.bytes / ms / 1e6);
+  }
+  Tensor host = randn({n});
+  Tensor pinned = cuda::pin_memory(host);
+  const double h2d = time_ms([&] { Tensor g = host.to(gpu); }, 5);
+  const double h2d_pinned = time_ms([&] { Tensor g = pinned.to(gpu); }, 5);
+  const double d2h = time_ms([&] { Tensor h = a.to(kCPU); }, 5);
+  std::printf("%-26s %10.3f %10.1f\n", "host->device pageable", h2d, f4 / h2d / 1e6);
+  std::printf("%-26s %10.3f %10.1f\n", "host->device pinned", h2d_pinned, f4 / h2d_pinned / 1e6);
+  std::printf("%-26s %10.3f %10.1f\n", "device->host", d2h, f4 / d2h / 1e6);
+  json += fmt::format(", \"h2d pageable GB/s\": {:.1f}, \"h2d pinned GB/s\": {:.1f}, \"d2h GB/s\": {:.1f}}}",
+                      f4 / h2d / 1e6, f4 / h2d_pinned / 1e6, f4 / d2h / 1e6);
+  std::printf("%s\n", cuda::memory_summary(0).c_str());
+  std::printf("%s\n", json.c_str());
+}

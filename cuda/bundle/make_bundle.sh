@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the GPU-host archive (//cuda:gpu_bundle): make_bundle.sh OUT.tar.gz SCRIPT README
+# --tests BIN... --bench BIN... . Copies the binaries and, found with ldd, the shared libraries
+# they need except the C library's own (libc, libm, libdl, libpthread, librt, ld-linux: the
+# host's must be used) and the CUDA driver; the CUDA runtime goes to lib/cuda-fallback, used
+# only when the host has none.
+set -euo pipefail
+out=$1 script=$2 readme=$3
+shift 3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+root="$dir/kiln_gpu_bundle"
+mkdir -p "$root/tests" "$root/bench" "$root/lib/cuda-fallback"
+kind=tests
+for f in "$@"; do
+  case "$f" in
+    --tests) kind=tests; continue ;;
+    --bench) kind=bench; continue ;;
+  esac
+  cp "$f" "$root/$kind/"
+  ldd "$f" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
+    base=$(basename "$lib")
+    case "$base" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
+      libcudart.so*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) cp -L "$lib" "$root/lib/cuda-fallback/" ;;
+      *) cp -L "$lib" "$root/lib/" ;;
+    esac
+  done
+done
+cp "$script" "$root/run_gpu_tests.sh"
+cp "$readme" "$root/README.md"
+chmod +x "$root/run_gpu_tests.sh" "$root"/tests/* "$root"/bench/* 2>/dev/null || true
+# The newest glibc symbol version the binaries need: the host's glibc must be at least that.
+need=$(objdump -T "$root"/tests/* "$root"/bench/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 || true)
+echo "needs ${need:-unknown} or newer (ldd --version on the host)" > "$root/GLIBC_REQUIRED"
+tar -C "$dir" -czf "$out" kiln_gpu_bundle

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs Kiln's CUDA tests from //cuda:gpu_bundle on a GPU host that has no Bazel: every binary in
+# tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/. Ends with
+# "N passed, N failed". CUDA libraries come from the host: $CUDA_PATH or /usr/local/cuda, then
+# the Python environment's site-packages/nvidia/*/lib (PyTorch wheels ship cuDNN, NCCL, cuBLAS
+# there), then lib/cuda-fallback/ (the CUDA runtime this bundle was built with).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+bench=0
+args=()
+for a in "$@"; do
+  if [ "$a" = "--bench" ]; then bench=1; else args+=("$a"); fi
+done
+
+ldp="$here/lib"
+for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64; do
+  [ -d "$d" ] && ldp="$ldp:$d"
+done
+for py in "${PYTHON:-}" python3 python; do
+  [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
+  for sp in $("$py" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null); do
+    for l in "$sp"/nvidia/*/lib; do [ -d "$l" ] && ldp="$ldp:$l"; done
+  done
+  break
+done
+ldp="$ldp:$here/lib/cuda-fallback"
+export LD_LIBRARY_PATH="$ldp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+passed=0
+failed=0
+failed_names=()
+run() {
+  local name=$1
+  shift
+  echo "==== $name"
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failed_names+=("$name")
+  fi
+}
+for t in "$here"/tests/*; do
+  [ -x "$t" ] && run "$(basename "$t")" "$t" "${args[@]}"
+done
+if [ "$bench" = 1 ]; then
+  for b in "$here"/bench/*; do
+    [ -x "$b" ] && run "$(basename "$b")" "$b"
+  done
+fi
+((failed)) && echo "failed: ${failed_names[*]}"
+echo "${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
