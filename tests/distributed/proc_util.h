@@ -84,7 +84,7 @@ inline Proc spawn(const std::string& name, const std::vector<std::string>& argv,
   posix_spawn_file_actions_addopen(&fa, 2, p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int rc = posix_spawn(&p.pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&fa);
-  REQUIRE_MESSAGE(rc == 0, "posix_spawn " + argv[0] + ": " + std::strerror(rc));
+  REQUIRE_MESSAGE(rc == 0, std::string("posix_spawn " + argv[0] + ": " + std::strerror(rc)));
   return p;
 }
 
@@ -93,7 +93,7 @@ inline Proc spawn(const std::string& name, const std::vector<std::string>& argv,
 inline bool wait_for(Proc& p, std::chrono::milliseconds timeout) {
   if (p.status >= 0) return true;
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, p.pid, 0));
-  REQUIRE_MESSAGE(pidfd >= 0, std::string("pidfd_open: ") + std::strerror(errno));
+  REQUIRE_MESSAGE(pidfd >= 0, std::string(std::string("pidfd_open: ") + std::strerror(errno)));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     pollfd pf{pidfd, POLLIN, 0};
