@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
+#include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/scaler_sync.h"
@@ -95,7 +96,8 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
 
   nn::TrainingState state;
   if (!c.resume.empty()) {
-    state = nn::load_checkpoint(c.resume, *model, opt.get());
+    state = pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get())
+               : nn::load_checkpoint(c.resume, *model, opt.get());
     mp.load(state);
     out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
   }
@@ -180,8 +182,10 @@ TrainResult train(const TrainConfig& c, std::ostream& log) {
       state.epoch = epoch + 1;
       state.rng = default_generator().state();
       mp.save(state);
-      if (rank == 0) nn::save_checkpoint(c.save, *model, opt.get(), state);
-      if (pg) pg->barrier()->wait();  // nobody reads a checkpoint rank 0 is still writing
+      if (pg)
+        dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
+      else
+        nn::save_checkpoint(c.save, *model, opt.get(), state);
     }
   }
   r.wall_seconds = seconds_since(start);

@@ -3,11 +3,13 @@
 // construction, and unused parameters are named.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <limits>
 
 #include "autograd/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/scaler_sync.h"
@@ -176,6 +178,44 @@ TEST_CASE("a parameter without a gradient is an error naming it, unless find_unu
     expect(m->used->weight.grad().defined(), "the used layer got no gradient");
   }, 120, "ddp_unused");
   test::require_all_ok(results);
+}
+
+TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on one rank stops all") {
+  std::string dir = test::scratch_dir("ddp_ckpt");
+  test::require_all_ok(test::run_ranks(2, [dir](int rank, int) {
+    auto pg = dist::init_process_group();
+    manual_seed(11 + rank);
+    auto model = make_model();
+    dist::DistributedDataParallel ddp(model, pg);  // rank 0's weights everywhere
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    nn::TrainingState state;
+    state.step = 7;
+    const std::string path = dir + "/ckpt.safetensors";
+    dist::save_checkpoint(*pg, path, *model, &opt, state);
+    // Written once, complete, when save returns on any rank.
+    expect(std::filesystem::exists(path), "rank {}: no checkpoint after save returned", rank);
+
+    manual_seed(99 + rank);
+    auto fresh = make_model();
+    optim::SGD fresh_opt(fresh->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    nn::TrainingState loaded = dist::load_checkpoint(*pg, path, *fresh, &fresh_opt);
+    expect(loaded.step == 7, "rank {} loaded step {}", rank, loaded.step);
+    expect_params_close(*fresh, *model, 0);
+
+    // Rank 1 cannot read its file: both ranks fail, rank 0 saying a peer failed.
+    std::string bad = rank == 1 ? dir + "/missing.safetensors" : path;
+    std::string msg = "no error";
+    try {
+      dist::load_checkpoint(*pg, bad, *fresh, &fresh_opt);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    if (rank == 0)
+      expect(msg.find("load_checkpoint '" + path + "': failed on 1 other rank(s)") != std::string::npos, "rank 0: {}",
+             msg);
+    else
+      expect(msg.find("missing.safetensors") != std::string::npos, "rank 1: {}", msg);
+  }, 120, "ddp_ckpt_ranks"));
 }
 
 TEST_CASE("with share_found_inf, an inf gradient on one rank skips the step on every rank") {
