@@ -37,4 +37,28 @@ void launch_unary(const UnaryOp& op, ScalarType type, const ElementwiseArgs<2>& 
 /// out = kind(a, b); all three share `type`.
 void launch_binary(BinaryKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
 
+/// Splits of a row reduction: each row of R elements is cut into this many chunks reduced in
+/// parallel (partials then reduced per row), so few long rows still fill the GPU.
+inline int64_t reduce_chunks(int64_t rows, int64_t R) {
+  constexpr int64_t kTargetWarps = 16384, kMinChunk = 2048;
+  if (rows >= kTargetWarps || R <= kMinChunk) return 1;
+  int64_t c = (kTargetWarps + rows - 1) / rows;
+  const int64_t max_c = (R + kMinChunk - 1) / kMinChunk;
+  return c < max_c ? c : max_c;
+}
+
+/// out[r] = kind over x[r, 0..R) for a contiguous [rows, R] x; out is `rows` contiguous values.
+/// `partials` holds rows * reduce_chunks(rows, R) 8-byte values (unused when that is 1). Sums
+/// and products accumulate in float for 16-bit floats and f32, double for f64, int64 for
+/// integers and bool; max/min propagate NaN; mean divides by R.
+void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr, int64_t rows,
+                   int64_t R, void* partials, CUstream_st* stream);
+
+/// y[r] = softmax (or log_softmax) of x[r, 0..D) for contiguous [rows, D] x and y of one type
+/// (computed in float, double for f64).
+void launch_softmax(ScalarType type, const void* x, void* y, int64_t rows, int64_t D, bool log, CUstream_st* stream);
+/// gx from gy and the forward output y, all contiguous [rows, D] of one type.
+void launch_softmax_backward(ScalarType type, const void* gy, const void* y, void* gx, int64_t rows, int64_t D,
+                             bool log, CUstream_st* stream);
+
 }  // namespace kiln::cuda::kern

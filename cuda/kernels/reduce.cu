@@ -1,0 +1,97 @@
+// Row reductions on CUDA (sum, mean, max, min, prod) over a contiguous [rows, R] input: a warp
+// per (row, chunk) with shuffles; long rows are split into chunks whose partials a second pass
+// reduces, so a full reduction of one long row still fills the GPU. The host side
+// (cuda/reduce.cc) moves reduced dims last first.
+#include <cstdint>
+#include <limits>
+
+#include "cuda/kernels/dtypes.cuh"
+
+namespace kiln::cuda::kern {
+namespace {
+
+template <class T> struct AccOf { using type = opmath_t<T>; };
+template <> struct AccOf<bool> { using type = int64_t; };
+template <> struct AccOf<int32_t> { using type = int64_t; };
+template <> struct AccOf<float> { using type = double; };  // as the CPU: f32 sums in double
+
+template <class A> __device__ __forceinline__ A identity(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::prod: return A(1);
+    case ReduceKind::max:
+      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::lowest();
+    case ReduceKind::min:
+      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
+                                                  : std::numeric_limits<A>::max();
+    default: return A(0);
+  }
+}
+
+template <class A> __device__ __forceinline__ A step(ReduceKind k, A a, A v) {
+  switch (k) {
+    case ReduceKind::prod: return a * v;
+    case ReduceKind::max: return (v > a || v != v) ? v : a;  // a NaN wins and stays
+    case ReduceKind::min: return (v < a || v != v) ? v : a;
+    default: return a + v;
+  }
+}
+
+/// One warp per (row, chunk): folds x[row, c*chunk .. min(R, (c+1)*chunk)) and writes either the
+/// finished value (Out) or a partial (A) at out[row * chunks + c].
+template <class In, class A, class Out>
+__global__ void reduce_kernel(ReduceKind kind, const In* x, int64_t rows, int64_t R, int64_t chunks, int64_t chunk,
+                              void* out, bool finish, int64_t divisor) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= rows * chunks) return;
+  const int64_t row = warp / chunks, c = warp % chunks;
+  const int64_t b = c * chunk, e = b + chunk < R ? b + chunk : R;
+  const In* p = x + row * R;
+  A acc = identity<A>(kind);
+  for (int64_t i = b + lane; i < e; i += 32) acc = step(kind, acc, static_cast<A>(to_math(p[i])));
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc = step(kind, acc, __shfl_down_sync(0xffffffffu, acc, off));
+  if (lane != 0) return;
+  if (!finish) {
+    static_cast<A*>(out)[warp] = acc;
+    return;
+  }
+  if (kind == ReduceKind::mean) acc = acc / static_cast<A>(divisor);
+  Out* o = static_cast<Out*>(out);
+  if constexpr (std::is_same_v<Out, bool>) o[warp] = acc != A(0);
+  else o[warp] = from_math<Out>(static_cast<opmath_t<Out>>(acc));
+}
+
+template <class In, class A, class Out>
+void run_reduce(ReduceKind kind, const In* x, void* out, int64_t rows, int64_t R, void* partials, cudaStream_t s) {
+  constexpr int kThreads = 256, kWarps = kThreads / 32;
+  const int64_t chunks = reduce_chunks(rows, R);
+  const int64_t chunk = (R + chunks - 1) / chunks;
+  const int64_t items = rows * chunks;
+  const unsigned grid = static_cast<unsigned>((items + kWarps - 1) / kWarps);
+  if (chunks == 1) {
+    reduce_kernel<In, A, Out><<<grid, kThreads, 0, s>>>(kind, x, rows, R, 1, R, out, true, R);
+    return;
+  }
+  reduce_kernel<In, A, Out><<<grid, kThreads, 0, s>>>(kind, x, rows, R, chunks, chunk, partials, false, R);
+  const unsigned grid2 = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  reduce_kernel<A, A, Out><<<grid2, kThreads, 0, s>>>(kind, static_cast<const A*>(partials), rows, chunks, 1, chunks,
+                                                      out, true, R);
+}
+
+}  // namespace
+
+void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr, int64_t rows,
+                   int64_t R, void* partials, CUstream_st* stream) {
+  dispatch_all(in, [&]<class T>() {
+    using A = typename AccOf<T>::type;
+    if (out == in) {
+      run_reduce<T, A, T>(kind, static_cast<const T*>(x), out_ptr, rows, R, partials, stream);
+    } else if constexpr (std::is_integral_v<T>) {
+      run_reduce<T, A, int64_t>(kind, static_cast<const T*>(x), out_ptr, rows, R, partials, stream);
+    }
+  });
+}
+
+}  // namespace kiln::cuda::kern

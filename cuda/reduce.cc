@@ -1,0 +1,142 @@
+// Host side of the CUDA reductions (sum, mean, max, min, prod over any dims) and softmax /
+// log_softmax (forward and backward, any dim): the reduced dims are moved last (a copy only
+// when that layout is not already contiguous), the .cu kernels work on [rows, R] rows, and the
+// result is copied into `out` when out is strided or of another dtype.
+#include <limits>
+#include <vector>
+
+#include "core/kernels.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
+#include "cuda/kernels/launch.h"
+#include "cuda/stream.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kern::ScalarType;
+
+ScalarType scalar_type(DType t) { return static_cast<ScalarType>(t); }
+CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
+
+int64_t wrap(int64_t d, int64_t nd, const char* op) {
+  const int64_t n = nd == 0 ? 1 : nd;
+  KILN_CHECK(d >= -n && d < n, "{}: dim {} out of range for a {}-d tensor", op, d, nd);
+  return d < 0 ? d + n : d;
+}
+
+/// `t` seen with the dims flagged in `moved` last (kept order otherwise): sizes and strides.
+void permuted(const Tensor& t, const std::vector<bool>& moved, Shape& sizes, Shape& strides) {
+  sizes.clear();
+  strides.clear();
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (moved[d] == (pass == 1)) {
+        sizes.push_back(t.size(d));
+        strides.push_back(t.stride(d));
+      }
+}
+
+/// `t` with the flagged dims last, contiguous and of dtype `dt` (a copy unless already so).
+Tensor moved_last(const Tensor& t, const std::vector<bool>& moved, DType dt) {
+  Shape sizes, strides;
+  permuted(t, moved, sizes, strides);
+  Tensor v = make_view(t, sizes, strides, t.offset());
+  if (v.is_contiguous() && dt == t.dtype()) return v;
+  Tensor c = make_tensor(sizes, dt, t.device());
+  kernels::copy[t.device()](c, v);
+  return c;
+}
+
+void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList& dims) {
+  const char* name = kind_name(kind).data();
+  if (out.numel() == 0) return;
+  KILN_CHECK(out.dtype() == x.dtype() || (is_integral(x.dtype(), true) && out.dtype() == kInt64),
+             "{}: cannot reduce {} into {}", name, x.dtype(), out.dtype());
+  const int64_t nd = x.dim();
+  std::vector<bool> reduced(nd, false);
+  for (int64_t d : dims) if (nd > 0) reduced[wrap(d, nd, name)] = true;
+  int64_t R = 1;
+  for (int64_t d = 0; d < nd; ++d) if (reduced[d]) R *= x.size(d);
+  DeviceGuard g(out.device());
+  if (R == 0) {  // an empty reduction gives the identity (mean: 0/0 = NaN)
+    KILN_CHECK(kind != ReduceKind::max && kind != ReduceKind::min,
+               "{}: cannot reduce over a zero-size dimension (input shape {})", name, x.sizes());
+    const Scalar v = kind == ReduceKind::mean ? Scalar(std::numeric_limits<double>::quiet_NaN())
+                     : kind == ReduceKind::prod ? Scalar(1) : Scalar(0);
+    kernels::fill[out.device()](out, v);
+    return;
+  }
+  const int64_t rows = out.numel();
+  Tensor xc = moved_last(x, reduced, x.dtype());
+  const bool direct = out.is_contiguous();
+  Tensor oc = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  const int64_t chunks = kern::reduce_chunks(rows, R);
+  Tensor partials = chunks > 1 ? make_tensor({rows * chunks}, kInt64, out.device()) : Tensor();
+  kern::launch_reduce(kind, scalar_type(x.dtype()), scalar_type(out.dtype()), xc.data_ptr(), oc.data_ptr(), rows, R,
+                      partials.defined() ? partials.data_ptr() : nullptr, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+  if (!direct) kernels::copy[out.device()](out, oc);
+}
+
+void check_floating(DType t, const char* op) {
+  KILN_CHECK(is_floating(t), "{}: dtype {} is not supported (floating types only)", op, t);
+}
+
+/// Runs `compute(rows, D, y_contiguous)` on [rows, D] operands with `dim` moved last, then
+/// copies the result into `out` (through the same permutation) unless it was written in place.
+template <class F>
+void along_last(Tensor& out, int64_t dim, DType dt, const F& compute) {
+  const int64_t nd = out.dim();
+  std::vector<bool> moved(nd, false);
+  if (nd > 0) moved[dim] = true;
+  const int64_t D = nd > 0 ? out.size(dim) : 1;
+  const int64_t rows = D == 0 ? 0 : out.numel() / D;
+  Shape sizes, strides;
+  permuted(out, moved, sizes, strides);
+  Tensor ov = make_view(out, sizes, strides, out.offset());
+  const bool direct = ov.is_contiguous() && out.dtype() == dt;
+  Tensor yc = direct ? ov : make_tensor(sizes, dt, out.device());
+  compute(moved, rows, D, yc);
+  if (!direct) kernels::copy[out.device()](ov, yc);
+}
+
+void softmax_kernel(Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  if (out.numel() == 0) return;
+  check_floating(x.dtype(), name);
+  check_floating(out.dtype(), name);
+  dim = x.dim() == 0 ? 0 : wrap(dim, x.dim(), name);
+  DeviceGuard g(out.device());
+  along_last(out, dim, x.dtype(), [&](const std::vector<bool>& moved, int64_t rows, int64_t D, Tensor& y) {
+    Tensor xc = moved_last(x, moved, x.dtype());
+    kern::launch_softmax(scalar_type(x.dtype()), xc.data_ptr(), y.data_ptr(), rows, D, log, stream_of(out));
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void softmax_backward_kernel(Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax_backward" : "softmax_backward";
+  if (grad_x.numel() == 0) return;
+  KILN_CHECK(grad_y.sizes() == y.sizes() && grad_x.sizes() == y.sizes(),
+             "{}: shapes differ (grad_x {}, grad_y {}, y {})", name, grad_x.sizes(), grad_y.sizes(), y.sizes());
+  check_floating(y.dtype(), name);
+  check_floating(grad_x.dtype(), name);
+  dim = y.dim() == 0 ? 0 : wrap(dim, y.dim(), name);
+  DeviceGuard g(grad_x.device());
+  const DType dt = y.dtype();
+  along_last(grad_x, dim, dt, [&](const std::vector<bool>& moved, int64_t rows, int64_t D, Tensor& gx) {
+    Tensor gyc = moved_last(grad_y, moved, dt), yc = moved_last(y, moved, dt);
+    kern::launch_softmax_backward(scalar_type(dt), gyc.data_ptr(), yc.data_ptr(), gx.data_ptr(), rows, D, log,
+                                  stream_of(grad_x));
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(reduce, DeviceType::CUDA, &reduce_kernel);
+KILN_REGISTER_KERNEL(softmax, DeviceType::CUDA, &softmax_kernel);
+KILN_REGISTER_KERNEL(softmax_backward, DeviceType::CUDA, &softmax_backward_kernel);
+
+}  // namespace kiln::cuda
