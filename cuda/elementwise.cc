@@ -1,4 +1,4 @@
-// Host side of the CUDA fill/copy/unary/binary kernels: checks dtypes as the CPU kernels do,
+// Host side of the CUDA fill/copy/unary/binary/compare/where/arange kernels: checks dtypes as the CPU kernels do,
 // turns Tensors into coalesced geometry (cuda/kernels/launch.h) and launches on the current
 // stream of the output's device. Registered into the same kernel slots as the CPU kernels.
 #include <cuda_runtime_api.h>
@@ -133,8 +133,39 @@ void binary_kernel(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& 
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+void compare_kernel(CompareKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(out.dtype() == kBool, "compare {}: output must be bool, got {}", kind_name(kind), out.dtype());
+  KILN_CHECK(a.dtype() == b.dtype(), "compare {}: operand dtypes {} and {} differ", kind_name(kind), a.dtype(),
+             b.dtype());
+  DeviceGuard g(out.device());
+  auto args = make_args<3>("compare", {&out, &a, &b});
+  kern::launch_compare(kind, scalar_type(a.dtype()), args, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(cond.dtype() == kBool, "where: condition must be bool, got {}", cond.dtype());
+  KILN_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+             "where: operand dtypes {} and {} differ from output dtype {}", a.dtype(), b.dtype(), out.dtype());
+  DeviceGuard g(out.device());
+  auto args = make_args<4>("where", {&out, &cond, &a, &b});
+  kern::launch_where(static_cast<int>(out.element_size()), args, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void arange_kernel(Tensor& out, double start, double step) {
+  KILN_CHECK(out.dtype() != kBool, "arange: dtype bool is not supported (numeric types only)");
+  KILN_CHECK(out.is_contiguous(), "arange (cuda): output must be contiguous");
+  DeviceGuard g(out.device());
+  kern::launch_arange(scalar_type(out.dtype()), out.data_ptr(), out.numel(), start, step, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL(compare, DeviceType::CUDA, &compare_kernel);
+KILN_REGISTER_KERNEL(where, DeviceType::CUDA, &where_kernel);
+KILN_REGISTER_KERNEL(arange, DeviceType::CUDA, &arange_kernel);
 KILN_REGISTER_KERNEL(fill, DeviceType::CUDA, &fill_kernel);
 KILN_REGISTER_KERNEL(copy, DeviceType::CUDA, &copy_kernel);
 KILN_REGISTER_KERNEL(unary, DeviceType::CUDA, &unary_kernel);

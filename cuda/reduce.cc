@@ -1,4 +1,4 @@
-// Host side of the CUDA reductions (sum, mean, max, min, prod over any dims) and softmax /
+// Host side of the CUDA reductions (sum, mean, max, min, prod over any dims; argmax/argmin) and softmax /
 // log_softmax (forward and backward, any dim): the reduced dims are moved last (a copy only
 // when that layout is not already contiguous), the .cu kernels work on [rows, R] rows, and the
 // result is copied into `out` when out is strided or of another dtype.
@@ -79,6 +79,29 @@ void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList&
   if (!direct) kernels::copy[out.device()](out, oc);
 }
 
+void arg_reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, int64_t dim) {
+  KILN_CHECK(kind == ReduceKind::max || kind == ReduceKind::min, "arg_reduce: kind must be max or min, got {}",
+             kind_name(kind));
+  KILN_CHECK(out.dtype() == kInt64, "arg_reduce: output must be i64, got {}", out.dtype());
+  const bool is_max = kind == ReduceKind::max;
+  const char* name = is_max ? "argmax" : "argmin";
+  if (out.numel() == 0) return;
+  const int64_t nd = x.dim();
+  dim = nd == 0 ? 0 : wrap(dim, nd, name);
+  const int64_t D = nd == 0 ? 1 : x.size(dim);
+  KILN_CHECK(D > 0, "{}: cannot reduce over dim {} of size 0 (input shape {})", name, dim, x.sizes());
+  std::vector<bool> moved(nd, false);
+  if (nd > 0) moved[dim] = true;
+  DeviceGuard g(out.device());
+  Tensor xc = moved_last(x, moved, x.dtype());
+  const bool direct = out.is_contiguous();
+  Tensor oc = direct ? out : make_tensor(out.sizes(), kInt64, out.device());
+  kern::launch_arg_reduce(is_max, scalar_type(x.dtype()), xc.data_ptr(), static_cast<int64_t*>(oc.data_ptr()),
+                          out.numel(), D, stream_of(out));
+  KILN_CUDA_CHECK_LAUNCH();
+  if (!direct) kernels::copy[out.device()](out, oc);
+}
+
 void check_floating(DType t, const char* op) {
   KILN_CHECK(is_floating(t), "{}: dtype {} is not supported (floating types only)", op, t);
 }
@@ -136,6 +159,7 @@ void softmax_backward_kernel(Tensor& grad_x, const Tensor& grad_y, const Tensor&
 }  // namespace
 
 KILN_REGISTER_KERNEL(reduce, DeviceType::CUDA, &reduce_kernel);
+KILN_REGISTER_KERNEL(arg_reduce, DeviceType::CUDA, &arg_reduce_kernel);
 KILN_REGISTER_KERNEL(softmax, DeviceType::CUDA, &softmax_kernel);
 KILN_REGISTER_KERNEL(softmax_backward, DeviceType::CUDA, &softmax_backward_kernel);
 

@@ -37,6 +37,13 @@ void launch_unary(const UnaryOp& op, ScalarType type, const ElementwiseArgs<2>& 
 /// out = kind(a, b); all three share `type`.
 void launch_binary(BinaryKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
 
+/// out (bool) = kind(a, b); a and b share `type`.
+void launch_compare(CompareKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
+/// out = cond ? a : b (operands 0..3: out, cond (bool), a, b); moves elements of `elem_bytes`.
+void launch_where(int elem_bytes, const ElementwiseArgs<4>& a, CUstream_st* stream);
+/// out[i] = start + i * step for a contiguous out of n elements (computed in double, as the CPU).
+void launch_arange(ScalarType type, void* out, int64_t n, double start, double step, CUstream_st* stream);
+
 /// Splits of a row reduction: each row of R elements is cut into this many chunks reduced in
 /// parallel (partials then reduced per row), so few long rows still fill the GPU.
 inline int64_t reduce_chunks(int64_t rows, int64_t R) {
@@ -53,6 +60,11 @@ inline int64_t reduce_chunks(int64_t rows, int64_t R) {
 /// integers and bool; max/min propagate NaN; mean divides by R.
 void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr, int64_t rows,
                    int64_t R, void* partials, CUstream_st* stream);
+
+/// out[r] (i64) = index of the max (or min) of x[r, 0..D) for contiguous [rows, D] x: the first
+/// one on ties; a NaN counts as the extreme (the first NaN wins).
+void launch_arg_reduce(bool is_max, ScalarType type, const void* x, int64_t* out, int64_t rows, int64_t D,
+                       CUstream_st* stream);
 
 /// y[r] = softmax (or log_softmax) of x[r, 0..D) for contiguous [rows, D] x and y of one type
 /// (computed in float, double for f64).

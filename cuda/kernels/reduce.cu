@@ -80,7 +80,58 @@ void run_reduce(ReduceKind kind, const In* x, void* out, int64_t rows, int64_t R
                                                       out, true, R);
 }
 
+/// A warp per row: each lane keeps the best of its strided elements (the first on ties, since a
+/// lane visits its indices in order), then the warp merges preferring the lower index on ties.
+template <class T>
+__global__ void arg_reduce_kernel(bool is_max, const T* x, int64_t* out, int64_t rows, int64_t D) {
+  using M = opmath_t<T>;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* p = x + row * D;
+  M best = to_math(p[lane < D ? lane : 0]);
+  int64_t at = lane < D ? lane : D;  // D: "none" (loses every merge)
+  for (int64_t i = lane + 32; i < D; i += 32) {
+    const M v = to_math(p[i]);
+    const bool nan_best = best != best;
+    if (!nan_best && (v != v || (is_max ? v > best : v < best))) {
+      best = v;
+      at = i;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const M ob = __shfl_down_sync(0xffffffffu, best, off);
+    const int64_t oa = __shfl_down_sync(0xffffffffu, at, off);
+    if (oa >= D) continue;
+    if (at >= D) {
+      best = ob;
+      at = oa;
+      continue;
+    }
+    const bool bn = best != best, on = ob != ob;
+    bool take;
+    if (bn || on) take = on && (!bn || oa < at);
+    else if (ob == best) take = oa < at;
+    else take = is_max ? ob > best : ob < best;
+    if (take) {
+      best = ob;
+      at = oa;
+    }
+  }
+  if (lane == 0) out[row] = at;
+}
+
 }  // namespace
+
+void launch_arg_reduce(bool is_max, ScalarType type, const void* x, int64_t* out, int64_t rows, int64_t D,
+                       CUstream_st* stream) {
+  constexpr int kThreads = 256, kWarps = kThreads / 32;
+  const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  dispatch_all(type, [&]<class T>() {
+    arg_reduce_kernel<T><<<grid, kThreads, 0, stream>>>(is_max, static_cast<const T*>(x), out, rows, D);
+  });
+}
 
 void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr, int64_t rows,
                    int64_t R, void* partials, CUstream_st* stream) {

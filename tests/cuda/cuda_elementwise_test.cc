@@ -189,3 +189,36 @@ TEST_CASE("a kernel CUDA lacks fails loudly naming it and the device") {
   Tensor x = random_input({4, 4}, kFloat32).to(kGpu);
   CHECK_THROWS_WITH_AS(kiln::matmul(x, x), doctest::Contains("cuda"), kiln::Error);
 }
+
+TEST_CASE("compare, where and arange match the CPU") {
+  KILN_REQUIRE_GPU();
+  for (DType t : kAll) {
+    Tensor a = random_input({45, 77}, t), b = random_input({45, 77}, t);
+    b = where(rand({45, 77}) < 0.3, a, b);  // some equal pairs
+    Tensor row = random_input({1, 77}, t);
+    for (CompareKind k : {CompareKind::eq, CompareKind::ne, CompareKind::lt, CompareKind::le, CompareKind::gt,
+                          CompareKind::ge}) {
+      Tensor go = empty({45, 77}, dtype(kBool).device(kGpu));
+      kernels::compare[kGpu](k, go, a.to(kGpu), row.to(kGpu).expand({45, 77}));
+      Tensor co = empty({45, 77}, kBool);
+      kernels::compare[kCPU](k, co, a, row.expand({45, 77}));
+      CHECK_MESSAGE(test::allclose(go.to(kCPU).to(kInt64), co.to(kInt64), 0, 0),
+                    fmt::format("compare {} {} (broadcast)", kind_name(k), t));
+      kernels::compare[kGpu](k, go, a.to(kGpu).transpose(0, 1).transpose(0, 1), b.to(kGpu));
+      kernels::compare[kCPU](k, co, a, b);
+      CHECK_MESSAGE(test::allclose(go.to(kCPU).to(kInt64), co.to(kInt64), 0, 0),
+                    fmt::format("compare {} {}", kind_name(k), t));
+    }
+    Tensor cond = rand({45, 77}) < 0.5;
+    Tensor go = empty({77, 45}, dtype(t).device(kGpu));
+    kernels::where[kGpu](go, cond.to(kGpu).transpose(0, 1), a.to(kGpu).transpose(0, 1),
+                         row.to(kGpu).expand({45, 77}).transpose(0, 1));
+    Tensor co = empty({77, 45}, t);
+    kernels::where[kCPU](co, cond.transpose(0, 1), a.transpose(0, 1), row.expand({45, 77}).transpose(0, 1));
+    CHECK_MESSAGE(test::allclose(go.to(kCPU), co, 0, 0), fmt::format("where {}", t));
+    Tensor ga = empty({1001}, dtype(t).device(kGpu)), ca = empty({1001}, t);
+    kernels::arange[kGpu](ga, -3, 0.25);
+    kernels::arange[kCPU](ca, -3, 0.25);
+    CHECK_MESSAGE(test::allclose(ga.to(kCPU), ca, 0, 0), fmt::format("arange {}", t));
+  }
+}

@@ -110,3 +110,22 @@ TEST_CASE("softmax and log_softmax forward and backward match the CPU along any 
     }
   }
 }
+
+TEST_CASE("argmax and argmin match the CPU, first index on ties") {
+  KILN_REQUIRE_GPU();
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64}) {
+    // Few distinct values, so ties are common and the first index must win.
+    Tensor x = random_input({33, 1000}, kFloat64, -4, 4).to(kInt64).to(t);
+    for (ReduceKind k : {ReduceKind::max, ReduceKind::min}) {
+      for (int64_t dim : {0, 1}) {
+        Shape os = x.sizes();
+        os[dim] = 1;
+        Tensor go = empty(os, dtype(kInt64).device(kGpu));
+        kernels::arg_reduce[kGpu](k, go, x.to(kGpu), dim);
+        Tensor co = empty(os, kInt64);
+        kernels::arg_reduce[kCPU](k, co, x, dim);
+        CHECK_MESSAGE(test::allclose(go.to(kCPU), co, 0, 0), fmt::format("arg{} {} dim {}", kind_name(k), t, dim));
+      }
+    }
+  }
+}
