@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "core/error.h"
@@ -14,6 +15,11 @@ namespace {
 
 std::mutex g_mu;
 std::shared_ptr<ProcessGroup> g_default;
+
+std::map<std::string, BackendFactory>& backends() {
+  static std::map<std::string, BackendFactory> m;
+  return m;
+}
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -39,14 +45,28 @@ GlooOptions gloo_options(Millis timeout) {
 
 }  // namespace
 
+void register_backend(const std::string& name, BackendFactory factory) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  backends()[name] = std::move(factory);
+}
+
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   KILN_CHECK(options.backend == "gloo" || options.backend == "nccl",
              "init_process_group: backend '{}' is unknown (gloo or nccl)", options.backend);
-  KILN_CHECK(options.backend != "nccl",
-             "init_process_group: backend 'nccl' needs Kiln's CUDA backend, which this build does not have; "
-             "use 'gloo'");
+  BackendFactory factory;
+  if (options.backend != "gloo") {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = backends().find(options.backend);
+    KILN_CHECK(it != backends().end(),
+               "init_process_group: backend '{}' is not in this program: link //distributed:nccl (it needs a "
+               "build with the CUDA toolkit), or use 'gloo'",
+               options.backend);
+    factory = it->second;
+  }
   Rendezvous rv = rendezvous(options.init_method, options.rank, options.world_size, options.timeout);
-  auto pg = std::make_shared<ProcessGroupGloo>(rv.store, rv.rank, rv.world_size, gloo_options(options.timeout));
+  std::shared_ptr<ProcessGroup> pg =
+      factory ? factory(rv.store, rv.rank, rv.world_size, options.timeout)
+              : std::make_shared<ProcessGroupGloo>(rv.store, rv.rank, rv.world_size, gloo_options(options.timeout));
   std::lock_guard<std::mutex> lock(g_mu);
   g_default = pg;
   return pg;

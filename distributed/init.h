@@ -3,6 +3,7 @@
 // The group is also kept as the default one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,5 +35,11 @@ void destroy_process_group();
 
 /// True when the environment describes a multi-process job (WORLD_SIZE set and > 1).
 bool launched_with_world();
+
+/// How a backend other than Gloo plugs in (//distributed:nccl registers "nccl" when linked):
+/// it gets the rendezvous store, the rank, the size and the timeout.
+using BackendFactory =
+    std::function<std::shared_ptr<ProcessGroup>(std::shared_ptr<Store> store, int rank, int size, Millis timeout)>;
+void register_backend(const std::string& name, BackendFactory factory);
 
 }  // namespace kiln::dist

@@ -30,10 +30,12 @@ class Work {
  public:
   using Clock = std::chrono::steady_clock;
   Work(std::string name, uint64_t seq) : name_(std::move(name)), seq_(seq), issued_(Clock::now()) {}
+  virtual ~Work() = default;
 
-  bool is_completed() const;
-  /// Blocks until done; rethrows the collective's error.
-  void wait();
+  virtual bool is_completed() const;
+  /// Blocks until done (for a backend with its own stream: until the caller's current stream
+  /// is ordered after it); rethrows the collective's error.
+  virtual void wait();
   /// The collective's name ("allreduce") and sequence number.
   const std::string& name() const { return name_; }
   uint64_t seq() const { return seq_; }
@@ -45,7 +47,7 @@ class Work {
   void mark_started();
   void finish(std::exception_ptr error = nullptr);
 
- private:
+ protected:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -1,0 +1,40 @@
+// The NCCL backend: CUDA tensors, one communicator per group (its unique id shared through the
+// store by rank 0), collectives on the group's own stream. A collective waits (on the device)
+// for the work the caller queued on its current stream; `Work::wait()` makes the caller's
+// current stream wait for the collective, without blocking the host, and fails the collective
+// (aborting the communicator) once it has run longer than the timeout. Linking
+// //distributed:nccl registers the backend as "nccl" for init_process_group.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distributed/arrival_log.h"
+#include "distributed/process_group.h"
+
+namespace kiln::dist {
+
+class ProcessGroupNCCL final : public ProcessGroup {
+ public:
+  /// Joins on the current CUDA device (set it to LOCAL_RANK's first).
+  ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, Millis timeout);
+  ~ProcessGroupNCCL() override;
+
+  std::string backend() const override { return "nccl"; }
+  WorkPtr allreduce(Tensor t, ReduceOp op) override;
+  WorkPtr broadcast(Tensor t, int root) override;
+  WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
+  WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) override;
+  WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override;
+  WorkPtr send(Tensor t, int dst, int tag) override;
+  WorkPtr recv(Tensor t, int src, int tag) override;
+  WorkPtr barrier() override;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::dist
