@@ -44,6 +44,18 @@ void launch_where(int elem_bytes, const ElementwiseArgs<4>& a, CUstream_st* stre
 /// out[i] = start + i * step for a contiguous out of n elements (computed in double, as the CPU).
 void launch_arange(ScalarType type, void* out, int64_t n, double start, double step, CUstream_st* stream);
 
+/// Random fills of a contiguous `out` of n elements: element i draws from Philox counter
+/// (offset + i) under `seed`, exactly as core/cpu/random_kernels.cc, so a seed gives the same
+/// values on the GPU as on the CPU (normals up to the last bits of log/cos).
+void launch_uniform(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double low, double high,
+                    CUstream_st* stream);
+void launch_normal(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double mean, double std,
+                   CUstream_st* stream);
+void launch_randint(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, int64_t low,
+                    int64_t high, CUstream_st* stream);
+void launch_bernoulli(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double p,
+                      CUstream_st* stream);
+
 /// Splits of a row reduction: each row of R elements is cut into this many chunks reduced in
 /// parallel (partials then reduced per row), so few long rows still fill the GPU.
 inline int64_t reduce_chunks(int64_t rows, int64_t R) {
