@@ -122,12 +122,18 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
+  // The worker first: until it has run its last task it may still post a send or receive.
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   worker_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p2p_stop_ = true;
+  }
+  cv_.notify_all();
   p2p_worker_.join();
 }
 
@@ -176,7 +182,7 @@ void ProcessGroupGloo::p2p_loop() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || !p2p_queue_.empty(); });
+      cv_.wait(lock, [&] { return p2p_stop_ || !p2p_queue_.empty(); });
       if (p2p_queue_.empty()) return;
       task = std::move(p2p_queue_.front());
       p2p_queue_.pop_front();

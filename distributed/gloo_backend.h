@@ -66,7 +66,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   std::deque<Task> p2p_queue_;  // posted sends/receives awaiting completion
-  bool stop_ = false;
+  bool stop_ = false;      // the worker finishes what is queued, then exits
+  bool p2p_stop_ = false;  // set once the worker has exited
   std::thread worker_;
   std::thread p2p_worker_;
 };
