@@ -1,0 +1,152 @@
+// Mixed-precision training step time and peak memory: f32 against bf16 and f16 autocast (f16
+// with dynamic loss scaling), on the Fashion-MNIST MLP and CNN and a matmul-bound wide MLP
+// (784-4096-4096-4096-10, batch 512), on the chosen device. Each (model, precision) runs in its
+// own process so its peak memory is its own (CUDA: the caching allocator's peak allocated
+// bytes; CPU: the process's peak resident size). Median step time of several blocks. The last
+// line is JSON; bench/amp_vs_pytorch.py runs PyTorch's autocast on the same models beside it.
+//   tools/bazel run //bench:amp_bench [-- --device cuda --steps 20]
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "amp/amp.h"
+#include "autograd/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "distributed/local_ranks.h"
+#include "examples/models.h"
+#include "optim/sgd.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/allocator.h"
+#include "cuda/device.h"
+#endif
+
+using namespace kiln;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::shared_ptr<nn::Sequential> make_wide_mlp() {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 4096), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(4096, 4096), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4096, 4096),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4096, 10)});
+}
+
+void synchronize(Device d) {
+#ifdef KILN_HAVE_CUDA
+  if (d.is_cuda()) cuda::synchronize();
+#endif
+  (void)d;
+}
+
+double peak_bytes(Device d) {
+#ifdef KILN_HAVE_CUDA
+  if (d.is_cuda()) return static_cast<double>(cuda::memory_stats(d.index).peak_allocated);
+#endif
+  (void)d;
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024;
+}
+
+/// One (model, precision) run: median ms per step and peak bytes, written to `out`.
+void run_one(const std::string& model_name, const std::string& precision, Device dev, int steps, int blocks,
+             const std::string& out) {
+  manual_seed(0);
+  auto model = model_name == "wide_mlp" ? make_wide_mlp() : examples::make_model(model_name);
+  model->to(dev);
+  const int64_t batch = model_name == "wide_mlp" ? 512 : 128;
+  Tensor x = randn({batch, 1, 28, 28}).to(dev), y = randint(0, 10, {batch}).to(dev);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
+  const bool low = precision != "f32";
+  const DType dt = precision == "f16" ? kFloat16 : kBFloat16;
+  amp::GradScalerOptions so;
+  so.enabled = precision == "f16";
+  amp::GradScaler scaler(so);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(dt, low);
+      loss = nn::functional::cross_entropy(model->forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  step();
+  step();
+  synchronize(dev);
+  std::vector<double> ms;
+  for (int b = 0; b < blocks; ++b) {
+    double t0 = now_s();
+    for (int s = 0; s < steps; ++s) step();
+    synchronize(dev);
+    ms.push_back((now_s() - t0) / steps * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::ofstream(out) << ms[ms.size() / 2] << " " << peak_bytes(dev) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device = "cpu";
+  int steps = 10, blocks = 3;
+  std::string models = "mlp,cnn,wide_mlp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--device") device = argv[i + 1];
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
+    else if (a == "--models") models = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: amp_bench [--device cpu|cuda] [--steps N] [--blocks N] [--models mlp,cnn,wide_mlp]\n");
+      return 2;
+    }
+  }
+  const Device dev(device);
+  std::string json;
+  fmt::print("Mixed precision step time on {} (median of {} blocks of {} steps; peak = {})\n", device, blocks, steps,
+             dev.is_cuda() ? "peak allocated device memory" : "peak resident set of the process");
+  fmt::print("{:9} {:5} {:>9} {:>9} {:>10}\n", "model", "prec", "step ms", "vs f32", "peak MiB");
+  std::string scratch = fmt::format("/tmp/kiln_amp_bench.{}", getpid());
+  for (size_t start = 0; start < models.size();) {
+    size_t comma = models.find(',', start);
+    std::string m = models.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? models.size() : comma + 1;
+    double f32_ms = 0;
+    for (std::string p : {"f32", "bf16", "f16"}) {
+      // A fresh process per run: its peak memory is its own (and CUDA starts in the child).
+      auto r = dist::run_local_ranks(1, [&](int, int) { run_one(m, p, dev, steps, blocks, scratch); },
+                                     {.timeout_s = 1200, .threads_per_rank = 0});
+      if (r[0].exit_code != 0) {
+        std::fprintf(stderr, "amp_bench: %s %s failed\n", m.c_str(), p.c_str());
+        return 1;
+      }
+      double ms = 0, peak = 0;
+      std::ifstream(scratch) >> ms >> peak;
+      if (p == "f32") f32_ms = ms;
+      fmt::print("{:9} {:5} {:9.2f} {:8.2f}x {:10.1f}\n", m, p, ms, f32_ms / ms, peak / (1 << 20));
+      json += fmt::format("{}{{\"model\": \"{}\", \"precision\": \"{}\", \"step_ms\": {:.3f}, \"speedup_vs_f32\": {:.3f}, "
+                          "\"peak_mib\": {:.1f}}}",
+                          json.empty() ? "" : ", ", m, p, ms, f32_ms / ms, peak / (1 << 20));
+    }
+  }
+  std::remove(scratch.c_str());
+  fmt::print("{{\"benchmark\": \"amp\", \"device\": \"{}\", \"results\": [{}]}}\n", device, json);
+  return 0;
+}
