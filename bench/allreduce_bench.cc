@@ -1,9 +1,10 @@
-// All-reduce bandwidth of Kiln's Gloo process group on this machine's loopback, over sizes from
-// 4 B to 64 MiB (f32 sum), with the nccl-tests definitions: algbw = bytes / time, busbw = algbw
-// x 2(n-1)/n (what each link carries in a ring). Starts its own ranks (--nproc, default 2) as
-// real processes on 127.0.0.1, or joins a job started by //distributed:launch. Rank 0 prints
-// the table; the last line is JSON.
-//   tools/bazel run //bench:allreduce_bench -- --nproc 2
+// All-reduce bandwidth of a Kiln process group over sizes from 4 B to 64 MiB (f32 sum), with
+// the nccl-tests definitions: algbw = bytes / time, busbw = algbw x 2(n-1)/n (what each link
+// carries in a ring). Gloo (CPU tensors, this machine's loopback) or, in a build with CUDA,
+// NCCL (each rank's tensors on cuda:LOCAL_RANK; one GPU per rank). Starts its own ranks
+// (--nproc, default 2) as real processes on 127.0.0.1, or joins a job started by
+// //distributed:launch. Rank 0 prints the table; the last line is JSON.
+//   tools/bazel run //bench:allreduce_bench -- --nproc 2 [--backend nccl]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,9 @@
 #include "core/ops.h"
 #include "distributed/init.h"
 #include "distributed/local_ranks.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/device.h"
+#endif
 
 using namespace kiln;
 
@@ -25,26 +29,46 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void run(int64_t max_bytes) {
-  auto pg = dist::init_process_group();
+/// Waits for the device too (NCCL's wait only orders the caller's stream).
+void settle(const Device& d) {
+#ifdef KILN_HAVE_CUDA
+  if (d.is_cuda()) cuda::synchronize();
+#endif
+  (void)d;
+}
+
+void run(int64_t max_bytes, const std::string& backend) {
+  Device dev = kCPU;
+#ifdef KILN_HAVE_CUDA
+  if (backend == "nccl") {
+    const char* local = std::getenv("LOCAL_RANK");
+    dev = Device(DeviceType::CUDA, local ? std::atoi(local) : 0);
+    cuda::set_device(dev.index);
+  }
+#endif
+  auto pg = dist::init_process_group({.backend = backend});
   const int n = pg->size();
   std::string json;
   if (pg->rank() == 0) {
-    fmt::print("Gloo all-reduce (f32 sum), {} ranks on 127.0.0.1\n", n);
+    fmt::print("{} all-reduce (f32 sum), {} ranks{}\n", backend, n, dev.is_cuda() ? ", one GPU each" : " on 127.0.0.1");
     fmt::print("{:>12} {:>10} {:>12} {:>12}\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
   }
   for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
-    Tensor t = ones({bytes / 4});
+    Tensor t = ones({bytes / 4}).to(dev);
     // Enough iterations for ~0.3 s per size (agreed on by all ranks: rank 0's estimate).
     pg->allreduce(t)->wait();
+    settle(dev);
     double t0 = now_s();
     for (int i = 0; i < 3; ++i) pg->allreduce(t)->wait();
-    Tensor iters = full({1}, std::clamp(0.3 / std::max((now_s() - t0) / 3, 1e-6), 5.0, 2000.0));
+    settle(dev);
+    Tensor iters = full({1}, std::clamp(0.3 / std::max((now_s() - t0) / 3, 1e-6), 5.0, 2000.0)).to(dev);
     pg->broadcast(iters, 0)->wait();
-    const int k = static_cast<int>(iters.item<float>());
+    const int k = static_cast<int>(iters.cpu().item<float>());
     pg->barrier()->wait();
+    settle(dev);
     t0 = now_s();
     for (int i = 0; i < k; ++i) pg->allreduce(t)->wait();
+    settle(dev);
     double per = (now_s() - t0) / k;
     double algbw = static_cast<double>(bytes) / per / 1e9;
     double busbw = algbw * 2.0 * (n - 1) / n;
@@ -55,7 +79,8 @@ void run(int64_t max_bytes) {
     }
   }
   if (pg->rank() == 0)
-    fmt::print("{{\"benchmark\": \"allreduce\", \"backend\": \"gloo\", \"ranks\": {}, \"results\": [{}]}}\n", n, json);
+    fmt::print("{{\"benchmark\": \"allreduce\", \"backend\": \"{}\", \"ranks\": {}, \"results\": [{}]}}\n", backend, n,
+               json);
 }
 
 }  // namespace
@@ -63,20 +88,22 @@ void run(int64_t max_bytes) {
 int main(int argc, char** argv) {
   int nproc = 2;
   int64_t max_bytes = int64_t{64} << 20;
+  std::string backend = "gloo";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--nproc") nproc = std::atoi(argv[i + 1]);
     else if (a == "--max-bytes") max_bytes = std::atoll(argv[i + 1]);
+    else if (a == "--backend") backend = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: allreduce_bench [--nproc N] [--max-bytes B]\n");
+      std::fprintf(stderr, "usage: allreduce_bench [--nproc N] [--max-bytes B] [--backend gloo|nccl]\n");
       return 2;
     }
   }
   if (dist::launched_with_world()) {  // under //distributed:launch
-    run(max_bytes);
+    run(max_bytes, backend);
     return 0;
   }
-  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes); }, {.timeout_s = 600});
+  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes, backend); }, {.timeout_s = 600});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "allreduce_bench: rank %zu failed\n", r);
