@@ -87,6 +87,7 @@ CpuAllocator& cpu_allocator() {
 }
 
 Allocator* g_allocators[kNumDeviceTypes] = {};
+Allocator* g_pinned_allocator = nullptr;
 
 }  // namespace
 
@@ -101,6 +102,9 @@ Allocator& allocator_for(DeviceType type) {
 void register_allocator(DeviceType type, Allocator* allocator) {
   g_allocators[static_cast<int>(type)] = allocator;
 }
+
+Allocator* pinned_allocator() { return g_pinned_allocator; }
+void register_pinned_allocator(Allocator* allocator) { g_pinned_allocator = allocator; }
 
 void empty_cpu_cache() { cpu_allocator().empty(); }
 size_t cpu_cached_bytes() { return cpu_allocator().cached(); }

@@ -22,6 +22,11 @@ class Allocator {
 Allocator& allocator_for(DeviceType type);
 void register_allocator(DeviceType type, Allocator* allocator);
 
+/// Page-locked host memory, which a GPU backend copies from asynchronously; `cuda/` registers
+/// its pinned allocator here. nullptr when no backend registered one.
+Allocator* pinned_allocator();
+void register_pinned_allocator(Allocator* allocator);
+
 /// Frees the CPU allocator's cached blocks (it keeps freed blocks of 64 KiB and more for reuse).
 void empty_cpu_cache();
 /// Bytes the CPU allocator holds in its cache.

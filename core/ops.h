@@ -160,6 +160,9 @@ Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to(const Tensor& x, DType dtype);
 Tensor to(const Tensor& x, Device device);
+/// A contiguous CPU copy of `x` in page-locked memory when a GPU backend is linked and a device
+/// is usable (its copies to the GPU then run asynchronously); otherwise x made contiguous.
+Tensor pin_memory(const Tensor& x);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/ops.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 
@@ -184,9 +185,18 @@ PinnedAllocator& pinned() {
   return *p;
 }
 
+/// core's view of the pinned allocator (kiln::pin_memory, the DataLoader's pin_memory option).
+class PinnedHostAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, Device) override { return pinned().allocate(nbytes == 0 ? 1 : nbytes); }
+  void deallocate(void* ptr, size_t, Device) override { pinned().free(ptr); }
+};
+
 const bool registered = [] {
   static CudaAllocator allocator;
   register_allocator(DeviceType::CUDA, &allocator);
+  static PinnedHostAllocator pinned_host;
+  register_pinned_allocator(&pinned_host);
   return true;
 }();
 
@@ -204,16 +214,7 @@ void record_stream(const Tensor& t, const Stream& stream) {
   pool_for(t.device().index).record_stream(t.storage()->data(), stream.id());
 }
 
-Tensor pin_memory(const Tensor& t) {
-  KILN_CHECK(t.device().is_cpu(), "pin_memory: tensor is on {}, expected the CPU", t.device());
-  if (device_count() == 0 || is_pinned(t)) return t.contiguous();
-  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
-  void* p = pinned().allocate(nbytes == 0 ? 1 : nbytes);
-  auto storage = std::make_shared<StorageImpl>(p, nbytes, kCPU, [](void* q) { pinned().free(q); });
-  Tensor out(std::make_shared<TensorImpl>(storage, t.sizes(), contiguous_strides(t.sizes()), 0, t.dtype()));
-  out.copy_(t);
-  return out;
-}
+Tensor pin_memory(const Tensor& t) { return kiln::pin_memory(t); }
 
 bool is_pinned(const Tensor& t) { return t.defined() && t.device().is_cpu() && detail::is_pinned_ptr(t.data_ptr()); }
 

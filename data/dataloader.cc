@@ -21,6 +21,7 @@ class EpochRun {
            std::vector<std::vector<int64_t>> batches)
       : dataset_(std::move(dataset)),
         collate_(opts.collate),
+        pin_memory_(opts.pin_memory),
         epoch_(epoch),
         batches_(std::move(batches)),
         num_workers_(opts.num_workers),
@@ -82,6 +83,15 @@ class EpochRun {
   int64_t num_batches() const { return static_cast<int64_t>(batches_.size()); }
 
   Example build(int64_t b) const {
+    Example batch = collate(b);
+    if (pin_memory_) {
+      if (batch.data.defined() && batch.data.device().is_cpu()) batch.data = pin_memory(batch.data);
+      if (batch.target.defined() && batch.target.device().is_cpu()) batch.target = pin_memory(batch.target);
+    }
+    return batch;
+  }
+
+  Example collate(int64_t b) const {
     const std::vector<int64_t>& idx = batches_[static_cast<size_t>(b)];
     if (!collate_) return dataset_->get_batch(idx);
     std::vector<Example> examples;
@@ -168,6 +178,7 @@ class EpochRun {
 
   std::shared_ptr<Dataset> dataset_;
   std::function<Example(std::vector<Example>)> collate_;
+  bool pin_memory_;
   int64_t epoch_;
   std::vector<std::vector<int64_t>> batches_;
   int num_workers_;

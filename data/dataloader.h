@@ -40,6 +40,9 @@ struct DataLoaderOptions {
   std::function<Example(std::vector<Example>)> collate;
   /// Replaces the sequential/random choice (e.g. a DistributedSampler); receives the epoch.
   std::shared_ptr<Sampler> sampler;
+  /// Puts each batch's tensors in page-locked memory (kiln::pin_memory, in the worker that
+  /// builds it) so `.to("cuda")` copies run asynchronously; no effect without a usable GPU.
+  bool pin_memory = false;
 };
 
 namespace detail {

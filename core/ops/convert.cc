@@ -44,6 +44,20 @@ Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : op::clone(x)
 Tensor to(const Tensor& x, DType dtype) { return op::to_dtype(x, dtype); }
 Tensor to(const Tensor& x, Device device) { return op::to_device(x, device); }
 
+Tensor pin_memory(const Tensor& x) {
+  KILN_CHECK(x.device().is_cpu(), "pin_memory: tensor is on {}, expected the CPU", x.device());
+  Allocator* pinned = pinned_allocator();
+  if (pinned == nullptr || device_count(DeviceType::CUDA) == 0) return contiguous(x);
+  const size_t nbytes = static_cast<size_t>(x.numel()) * x.element_size();
+  void* p = pinned->allocate(nbytes, kCPU);
+  auto storage = std::make_shared<StorageImpl>(p, nbytes, kCPU, [pinned, nbytes](void* q) {
+    pinned->deallocate(q, nbytes, kCPU);
+  });
+  Tensor out(std::make_shared<TensorImpl>(storage, x.sizes(), contiguous_strides(x.sizes()), 0, x.dtype()));
+  kernels::copy[kCPU](out, x);
+  return out;
+}
+
 Tensor Tensor::clone() const { return kiln::clone(*this); }
 Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
 Tensor Tensor::to(DType dtype) const { return kiln::to(*this, dtype); }
