@@ -2,8 +2,8 @@
 
 `@local_cuda//:defs.bzl` exports HAS_CUDA and CUDA_PATH. The toolkit is looked for at
 $CUDA_PATH (default /usr/local/cuda); set KILN_NO_CUDA=1 to build as if it were absent.
-When present, `@local_cuda//:cuda_headers` exposes its include directory and the runtime
-libraries are linked from its lib64 directory. `core` never depends on this repository.
+When present, `@local_cuda//:cuda_headers` exposes its include directory, and `:cuda_runtime`,
+`:cublas`, `:cudnn` and `:nccl` link those libraries from its lib64 directory. `core` never depends on this repository.
 """
 
 def _cuda_configure_impl(ctx):
@@ -27,6 +27,16 @@ cc_library(
     linkopts = ["-L%s/lib64", "-Wl,-rpath,%s/lib64", "-lcudart"],
 )
 """ % (path, path))
+        # The libraries beside the runtime (cuBLAS/cuBLASLt, cuDNN, NCCL), linked from the same
+        # lib64 directory; found at run time through the rpath or LD_LIBRARY_PATH.
+        for name, libs in [("cublas", ["cublasLt", "cublas"]), ("cudnn", ["cudnn"]), ("nccl", ["nccl"])]:
+            build.append("""
+cc_library(
+    name = "%s",
+    deps = [":cuda_runtime"],
+    linkopts = ["-L%s/lib64", "-Wl,-rpath,%s/lib64"%s],
+)
+""" % (name, path, path, "".join([', "-l%s"' % l for l in libs])))
     ctx.file("BUILD", "\n".join(build) + "\n")
 
 cuda_configure = repository_rule(

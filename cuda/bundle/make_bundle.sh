@@ -2,8 +2,8 @@
 # Builds the GPU-host archive (//cuda:gpu_bundle): make_bundle.sh OUT.tar.gz SCRIPT README
 # --tests BIN... --bench BIN... . Copies the binaries and, found with ldd, the shared libraries
 # they need except the C library's own (libc, libm, libdl, libpthread, librt, ld-linux: the
-# host's must be used) and the CUDA driver; the CUDA runtime goes to lib/cuda-fallback, used
-# only when the host has none.
+# host's must be used), the CUDA driver and cuBLAS/cuDNN/NCCL (the host's); the CUDA runtime
+# goes to lib/cuda-fallback, used only when the host has none.
 set -euo pipefail
 out=$1 script=$2 readme=$3
 shift 3
@@ -22,7 +22,9 @@ for f in "$@"; do
     base=$(basename "$lib")
     case "$base" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
-      libcudart.so*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) cp -L "$lib" "$root/lib/cuda-fallback/" ;;
+      # Hundreds of MB each: GPU hosts have their own (toolkit or Python wheels).
+      libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) ;;
+      libcudart.so*) cp -L "$lib" "$root/lib/cuda-fallback/" ;;
       *) cp -L "$lib" "$root/lib/" ;;
     esac
   done
