@@ -161,8 +161,27 @@ void arange_kernel(Tensor& out, double start, double step) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+void non_finite_check_and_unscale_kernel(Tensor& grad, Tensor& found_inf, double inv_scale) {
+  KILN_CHECK(grad.is_contiguous(), "non_finite_check_and_unscale: gradient of shape {} must be contiguous",
+             grad.sizes());
+  KILN_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+             "non_finite_check_and_unscale: found_inf must be a one-element f32 tensor, got {} of shape {}",
+             found_inf.dtype(), found_inf.sizes());
+  KILN_CHECK(is_floating(grad.dtype()), "non_finite_check_and_unscale: dtype {} is not supported (floating types only)",
+             grad.dtype());
+  KILN_CHECK(found_inf.device() == grad.device(), "non_finite_check_and_unscale: found_inf is on {}, grad on {}",
+             found_inf.device(), grad.device());
+  DeviceGuard g(grad.device());
+  kern::launch_non_finite_check_and_unscale(scalar_type(grad.dtype()), grad.data_ptr(), grad.numel(),
+                                            static_cast<float*>(found_inf.data_ptr()), inv_scale, stream_of(grad));
+  KILN_CUDA_CHECK_LAUNCH();
+  grad.storage()->bump_version();
+  found_inf.storage()->bump_version();
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL(non_finite_check_and_unscale, DeviceType::CUDA, &non_finite_check_and_unscale_kernel);
 KILN_REGISTER_KERNEL(compare, DeviceType::CUDA, &compare_kernel);
 KILN_REGISTER_KERNEL(where, DeviceType::CUDA, &where_kernel);
 KILN_REGISTER_KERNEL(arange, DeviceType::CUDA, &arange_kernel);

@@ -1,5 +1,5 @@
-// compare (bool result), where (select by a bool condition, any dtype by element width) and
-// arange on CUDA, matching core/cpu's kernels.
+// compare (bool result), where (select by a bool condition, any dtype by element width),
+// arange and mixed precision's gradient unscaling on CUDA, matching core/cpu's kernels.
 #include "cuda/kernels/dtypes.cuh"
 #include "cuda/kernels/loops.cuh"
 
@@ -45,7 +45,44 @@ __global__ void arange_kernel(T* out, int64_t n, double start, double step) {
   if (i < n) out[i] = from_math<T>(static_cast<opmath_t<T>>(start + static_cast<double>(i) * step));
 }
 
+template <class T>
+__global__ void unscale_kernel(T* g, int64_t n, float* found_inf, opmath_t<T> s) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  bool bad = false;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const auto v = to_math(g[i]);
+    bad |= !isfinite(v);
+    g[i] = from_math<T>(v * s);
+  }
+  if (__any_sync(0xffffffffu, bad) && threadIdx.x % 32 == 0) *found_inf = 1.0f;  // benign race: all write 1
+}
+
 }  // namespace
+
+void launch_non_finite_check_and_unscale(ScalarType type, void* grad, int64_t n, float* found_inf, double inv_scale,
+                                         CUstream_st* stream) {
+  if (n == 0) return;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 4096 ? blocks : 4096);
+  switch (type) {
+    case ScalarType::f16:
+      unscale_kernel<__half><<<grid, kThreads, 0, stream>>>(static_cast<__half*>(grad), n, found_inf,
+                                                             static_cast<float>(inv_scale));
+      break;
+    case ScalarType::bf16:
+      unscale_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(grad), n, found_inf,
+                                                                    static_cast<float>(inv_scale));
+      break;
+    case ScalarType::f32:
+      unscale_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<float*>(grad), n, found_inf,
+                                                            static_cast<float>(inv_scale));
+      break;
+    case ScalarType::f64:
+      unscale_kernel<double><<<grid, kThreads, 0, stream>>>(static_cast<double*>(grad), n, found_inf, inv_scale);
+      break;
+    default: break;  // refused on the host side
+  }
+}
 
 void launch_compare(CompareKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream) {
   dispatch_all(type, [&]<class T>() { run_elementwise<bool, T, 2>(a, CompareF<T>{kind}, stream); });

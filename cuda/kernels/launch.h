@@ -56,6 +56,11 @@ void launch_randint(ScalarType type, void* out, int64_t n, uint64_t seed, uint64
 void launch_bernoulli(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double p,
                       CUstream_st* stream);
 
+/// Mixed precision's unscale: g[i] *= inv_scale over a contiguous gradient of n elements, and
+/// *found_inf = 1.0f if any element was inf or NaN (left alone otherwise).
+void launch_non_finite_check_and_unscale(ScalarType type, void* grad, int64_t n, float* found_inf, double inv_scale,
+                                         CUstream_st* stream);
+
 /// Splits of a row reduction: each row of R elements is cut into this many chunks reduced in
 /// parallel (partials then reduced per row), so few long rows still fill the GPU.
 inline int64_t reduce_chunks(int64_t rows, int64_t R) {

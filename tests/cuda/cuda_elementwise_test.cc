@@ -3,6 +3,7 @@
 // for the tail), transposed, sliced and broadcast operands. Skipped without a GPU.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <vector>
 
 #include "core/kernels.h"
@@ -220,5 +221,22 @@ TEST_CASE("compare, where and arange match the CPU") {
     kernels::arange[kGpu](ga, -3, 0.25);
     kernels::arange[kCPU](ca, -3, 0.25);
     CHECK_MESSAGE(test::allclose(ga.to(kCPU), ca, 0, 0), fmt::format("arange {}", t));
+  }
+}
+
+TEST_CASE("gradient unscaling matches the CPU and flags inf/NaN") {
+  KILN_REQUIRE_GPU();
+  for (DType t : kFloats) {
+    for (bool poison : {false, true}) {
+      Tensor grad = random_input({1000, 3}, t);
+      if (poison) grad.narrow(0, 517, 1).fill_(std::numeric_limits<double>::infinity());
+      Tensor gg = grad.to(kGpu);
+      Tensor fc = zeros({}, kFloat32), fg = zeros({}, dtype(kFloat32).device(kGpu));
+      kernels::non_finite_check_and_unscale[kCPU](grad, fc, 1.0 / 1024);
+      kernels::non_finite_check_and_unscale[kGpu](gg, fg, 1.0 / 1024);
+      CHECK_MESSAGE(test::allclose(gg.to(kCPU), grad, 0, 0), fmt::format("unscale {}", t));
+      CHECK(fg.to(kCPU).item<float>() == (poison ? 1.0f : 0.0f));
+      CHECK(fc.item<float>() == fg.to(kCPU).item<float>());
+    }
   }
 }

@@ -25,12 +25,12 @@ inline bool skip_without_gpu() {
     if (::kiln::test::skip_without_gpu()) return; \
   } while (0)
 
-/// |a - b| <= atol + rtol * |b| elementwise (on the host in f64); NaN matches NaN.
+/// |a - b| <= atol + rtol * |b| elementwise (on the host in f64); NaN matches NaN, inf the same inf.
 inline bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.sizes() != b.sizes()) return false;
   auto x = a.to_vector<double>(), y = b.to_vector<double>();
   for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i]))) continue;  // infinities too
     if (!(std::fabs(x[i] - y[i]) <= atol + rtol * std::fabs(y[i]))) return false;
   }
   return true;
