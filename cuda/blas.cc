@@ -1,0 +1,102 @@
+// bmm on CUDA through cuBLAS (cublasGemmStridedBatchedEx): f32 and f64 in their own precision
+// (no TF32, as the CPU reference), f16/bf16 with f32 accumulation. Row-major C = A @ B is run as
+// column-major C^T = B^T @ A^T; an operand whose matrices are neither row- nor column-major is
+// copied first, and a strided output is written through a contiguous buffer. One cuBLAS handle
+// per thread and device, bound to the current stream at each call.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "core/kernels.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
+#include "cuda/stream.h"
+
+namespace kiln::cuda {
+namespace {
+
+cublasHandle_t handle_for(int device) {
+  // Handles live for the thread (a few KiB each); cuBLAS frees them at exit.
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cublasHandle_t h = nullptr;
+  KILN_CUBLAS_CHECK(cublasCreate(&h));
+  handles[device] = h;
+  return h;
+}
+
+/// One operand as cuBLAS sees it: the transposed matrix (op N) or the matrix itself (op T) in
+/// column-major memory with leading dimension `ld`.
+struct Operand {
+  Tensor t;  // the tensor whose memory is used (the input, or a contiguous copy)
+  cublasOperation_t op;
+  int64_t ld;
+};
+
+/// `x` [B, R, C] as the column-major transpose (R x C row-major -> C x R column-major).
+Operand as_transposed(const Tensor& x) {
+  const int64_t R = x.size(1), C = x.size(2), sr = x.stride(1), sc = x.stride(2);
+  if (sc == 1 || C == 1) return {x, CUBLAS_OP_N, std::max<int64_t>({sr, C, 1})};
+  if (sr == 1 || R == 1) return {x, CUBLAS_OP_T, std::max<int64_t>({sc, R, 1})};
+  Tensor c = make_tensor(x.sizes(), x.dtype(), x.device());
+  kernels::copy[x.device()](c, x);
+  return {c, CUBLAS_OP_N, std::max<int64_t>(C, 1)};
+}
+
+int checked_int(int64_t v, const char* what) {
+  KILN_CHECK(v <= INT_MAX, "bmm (cuda): {} = {} exceeds cuBLAS's int range", what, v);
+  return static_cast<int>(v);
+}
+
+void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "bmm (cuda): operands must be 3-D, got {}, {} -> {}",
+             a.sizes(), b.sizes(), out.sizes());
+  KILN_CHECK(a.dtype() == b.dtype() && out.dtype() == a.dtype(), "bmm (cuda): dtypes {} @ {} -> {} differ",
+             a.dtype(), b.dtype(), out.dtype());
+  const int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  KILN_CHECK(b.size(0) == B && b.size(1) == K && out.size(0) == B && out.size(1) == M && out.size(2) == N,
+             "bmm (cuda): shapes {} @ {} -> {} do not match", a.sizes(), b.sizes(), out.sizes());
+  if (out.numel() == 0) return;
+  DeviceGuard g(out.device());
+  if (K == 0) {
+    kernels::fill[out.device()](out, 0);
+    return;
+  }
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  switch (a.dtype()) {
+    case kFloat32: type = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F; break;
+    case kFloat64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
+    case kFloat16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
+    case kBFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
+    default: fail("bmm (cuda): dtype {} is not supported (floating types only)", a.dtype());
+  }
+  const Operand A = as_transposed(a), Bm = as_transposed(b);
+  const bool direct = (out.stride(2) == 1 || N == 1) && (out.stride(1) >= N || M == 1) &&
+                      (out.stride(0) >= M * N || B == 1);
+  Tensor c = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  const int64_t ldc = std::max<int64_t>({direct ? c.stride(1) : N, N, 1});
+  const double one_d = 1, zero_d = 0;
+  const float one_f = 1, zero_f = 0;
+  const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&zero_d) : &zero_f;
+  cublasHandle_t h = handle_for(out.device().index);
+  KILN_CUBLAS_CHECK(cublasSetStream(h, current_stream(out.device().index).raw()));
+  // Column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M).
+  KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      h, Bm.op, A.op, checked_int(N, "N"), checked_int(M, "M"), checked_int(K, "K"), alpha, Bm.t.data_ptr(), type,
+      checked_int(Bm.ld, "ldb"), B == 1 ? 0 : Bm.t.stride(0), A.t.data_ptr(), type, checked_int(A.ld, "lda"),
+      B == 1 ? 0 : A.t.stride(0), beta, c.data_ptr(), type, checked_int(ldc, "ldc"), B == 1 ? 0 : c.stride(0),
+      checked_int(B, "batch"), compute, CUBLAS_GEMM_DEFAULT));
+  if (!direct) kernels::copy[out.device()](out, c);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(bmm, DeviceType::CUDA, &bmm_kernel);
+
+}  // namespace kiln::cuda
