@@ -56,6 +56,16 @@ void launch_randint(ScalarType type, void* out, int64_t n, uint64_t seed, uint64
 void launch_bernoulli(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double p,
                       CUstream_st* stream);
 
+/// Indexed reads and adds. Operands: 0 the tensor walked in order, 1 the i64 index, 2 the other
+/// tensor; sizes are the walk's shape, strides in elements with the indexed dim's stride of the
+/// indexed tensor taken out (passed as `dim_stride`) and the index's strides arranged so that
+/// its value for a position is at offset strides[1] (index_select/index_add give it stride 0
+/// outside the dim).
+/// gather form: data[0][o0] = data[2][o2 + index * dim_stride], any dtype by element width.
+void launch_index_gather(int elem_bytes, const ElementwiseArgs<3>& a, int64_t dim_stride, CUstream_st* stream);
+/// scatter-add form: data[0][o0 + index * dim_stride] += data[2][o2] (atomic; not bool).
+void launch_index_scatter_add(ScalarType type, const ElementwiseArgs<3>& a, int64_t dim_stride, CUstream_st* stream);
+
 /// Mixed precision's unscale: g[i] *= inv_scale over a contiguous gradient of n elements, and
 /// *found_inf = 1.0f if any element was inf or NaN (left alone otherwise).
 void launch_non_finite_check_and_unscale(ScalarType type, void* grad, int64_t n, float* found_inf, double inv_scale,
