@@ -66,6 +66,22 @@ void launch_index_gather(int elem_bytes, const ElementwiseArgs<3>& a, int64_t di
 /// scatter-add form: data[0][o0 + index * dim_stride] += data[2][o2] (atomic; not bool).
 void launch_index_scatter_add(ScalarType type, const ElementwiseArgs<3>& a, int64_t dim_stride, CUstream_st* stream);
 
+/// 2-D pooling over `planes` contiguous H x W input planes into OH x OW outputs, geometry as
+/// Pool2dParams; the same window order, NaN rule and divisors as core/cpu/pool_kernels.cc.
+struct PoolShape {
+  int64_t planes, H, W, OH, OW;
+};
+void launch_max_pool2d(ScalarType type, const void* x, void* out, int64_t* indices, const PoolShape& s,
+                       const Pool2dParams& p, CUstream_st* stream);
+/// grad_x_acc (f32 for 16-bit types, else the type itself; zeroed by the caller) += grad_out at
+/// each output's index.
+void launch_max_pool2d_backward(ScalarType type, const void* grad_out, const int64_t* indices, void* grad_x_acc,
+                                int64_t planes, int64_t in_per_plane, int64_t out_per_plane, CUstream_st* stream);
+void launch_avg_pool2d(ScalarType type, const void* x, void* out, const PoolShape& s, const Pool2dParams& p,
+                       CUstream_st* stream);
+void launch_avg_pool2d_backward(ScalarType type, const void* grad_out, void* grad_x, const PoolShape& s,
+                                const Pool2dParams& p, CUstream_st* stream);
+
 /// Mixed precision's unscale: g[i] *= inv_scale over a contiguous gradient of n elements, and
 /// *found_inf = 1.0f if any element was inf or NaN (left alone otherwise).
 void launch_non_finite_check_and_unscale(ScalarType type, void* grad, int64_t n, float* found_inf, double inv_scale,

@@ -187,10 +187,10 @@ TEST_CASE("ops on CUDA tensors run end to end through the op table") {
 
 TEST_CASE("a kernel CUDA lacks fails loudly naming it and the device") {
   KILN_REQUIRE_GPU();
-  Tensor x = random_input({1, 1, 4, 4}, kFloat32).to(kGpu);
-  Tensor out = empty({1, 1, 4, 4}, dtype(kFloat32).device(kGpu));
-  CHECK_THROWS_WITH_AS(kernels::avg_pool2d[kGpu](out, x, Pool2dParams{}),
-                       doctest::Contains("avg_pool2d: no kernel registered for device cuda:0"), kiln::Error);
+  Tensor x = random_input({1, 1, 4, 4}, kFloat32).to(kGpu), w = random_input({1, 1, 3, 3}, kFloat32).to(kGpu);
+  Tensor out = empty({1, 1, 2, 2}, dtype(kFloat32).device(kGpu));
+  CHECK_THROWS_WITH_AS(kernels::conv2d[kGpu](out, x, w, Tensor(), Conv2dParams{}),
+                       doctest::Contains("conv2d: no kernel registered for device cuda:0"), kiln::Error);
 }
 
 TEST_CASE("compare, where and arange match the CPU") {
