@@ -185,12 +185,15 @@ TEST_CASE("ops on CUDA tensors run end to end through the op table") {
   check_close(h, x.to(kFloat16).to(kFloat32), "f32 -> f16 -> f32");
 }
 
-TEST_CASE("a kernel CUDA lacks fails loudly naming it and the device") {
+TEST_CASE("a dtype a CUDA kernel lacks fails loudly naming the op") {
   KILN_REQUIRE_GPU();
-  Tensor x = random_input({1, 1, 4, 4}, kFloat32).to(kGpu), w = random_input({1, 1, 3, 3}, kFloat32).to(kGpu);
-  Tensor out = empty({1, 1, 2, 2}, dtype(kFloat32).device(kGpu));
-  CHECK_THROWS_WITH_AS(kernels::conv2d[kGpu](out, x, w, Tensor(), Conv2dParams{}),
-                       doctest::Contains("conv2d: no kernel registered for device cuda:0"), kiln::Error);
+  Tensor a = random_input({2, 3, 3}, kInt64).to(kGpu);
+  Tensor out = empty({2, 3, 3}, dtype(kInt64).device(kGpu));
+  CHECK_THROWS_WITH_AS(kernels::bmm[kGpu](out, a, a), doctest::Contains("bmm (cuda): dtype i64 is not supported"),
+                       kiln::Error);
+  Tensor f = empty({2, 3, 3}, dtype(kInt32).device(kGpu));
+  CHECK_THROWS_WITH_AS(kernels::unary[kGpu](UnaryOp{UnaryKind::exp}, f, f), doctest::Contains("unary exp"),
+                       kiln::Error);
 }
 
 TEST_CASE("compare, where and arange match the CPU") {

@@ -1,0 +1,203 @@
+// conv2d and its backward on CUDA through cuDNN (legacy convolution API): NCHW, groups,
+// stride/padding/dilation; f32/f64 without TF32 (FMA math, as the CPU reference), f16/bf16 with
+// tensor cores and f32 accumulation. Algorithms come from cuDNN's heuristics (the first one
+// that runs), workspaces from the caching allocator. One handle per thread and device.
+#include <cudnn.h>
+
+#include <map>
+#include <vector>
+
+#include "core/kernels.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
+#include "cuda/stream.h"
+
+namespace kiln::cuda {
+namespace {
+
+cudnnHandle_t handle_for(const Tensor& t) {
+  thread_local std::map<int, cudnnHandle_t> handles;
+  const int device = t.device().index;
+  auto it = handles.find(device);
+  cudnnHandle_t h;
+  if (it == handles.end()) {
+    KILN_CUDNN_CHECK(cudnnCreate(&h));
+    handles[device] = h;
+  } else {
+    h = it->second;
+  }
+  KILN_CUDNN_CHECK(cudnnSetStream(h, current_stream(device).raw()));
+  return h;
+}
+
+cudnnDataType_t data_type(DType t) {
+  switch (t) {
+    case kFloat32: return CUDNN_DATA_FLOAT;
+    case kFloat64: return CUDNN_DATA_DOUBLE;
+    case kFloat16: return CUDNN_DATA_HALF;
+    case kBFloat16: return CUDNN_DATA_BFLOAT16;
+    default: fail("conv2d (cuda): dtype {} is not supported (floating types only)", t);
+  }
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(t), static_cast<int>(n),
+                                                static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
+  }
+  explicit TensorDesc(const Tensor& x) : TensorDesc(x.dtype(), x.size(0), x.size(1), x.size(2), x.size(3)) {}
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const Tensor& w) {
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(w.dtype()), CUDNN_TENSOR_NCHW, static_cast<int>(w.size(0)),
+                                                static_cast<int>(w.size(1)), static_cast<int>(w.size(2)),
+                                                static_cast<int>(w.size(3))));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const Conv2dParams& p, DType t) {
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, static_cast<int>(p.padding[0]), static_cast<int>(p.padding[1]), static_cast<int>(p.stride[0]),
+        static_cast<int>(p.stride[1]), static_cast<int>(p.dilation[0]), static_cast<int>(p.dilation[1]),
+        CUDNN_CROSS_CORRELATION, t == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(p.groups)));
+    const bool half = t == kFloat16 || t == kBFloat16;
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+/// Scaling factors as cuDNN wants them: double for f64 data, float otherwise.
+struct Scale {
+  double d;
+  float f;
+  explicit Scale(double v) : d(v), f(static_cast<float>(v)) {}
+  const void* for_type(DType t) const { return t == kFloat64 ? static_cast<const void*>(&d) : &f; }
+};
+const Scale kOne(1), kZero(0);
+
+/// Device memory for a cuDNN workspace (empty tensor for 0 bytes).
+Tensor workspace(size_t bytes, Device device) {
+  if (bytes == 0) return Tensor();
+  return make_tensor({static_cast<int64_t>((bytes + 7) / 8)}, kInt64, device);
+}
+void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+/// The first heuristic choice cuDNN reports as runnable.
+template <class Perf> const Perf& pick(const std::vector<Perf>& perf, int n, const char* what) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
+  fail("conv2d (cuda): cuDNN has no {} algorithm for this configuration", what);
+}
+
+void check_operands(const Tensor& x, const Tensor& w, const char* op) {
+  KILN_CHECK(x.dim() == 4 && w.dim() == 4, "{}: expected 4-D x and w, got {} and {}", op, x.sizes(), w.sizes());
+  KILN_CHECK(x.dtype() == w.dtype(), "{}: dtypes {} and {} differ", op, x.dtype(), w.dtype());
+}
+
+Tensor dense(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = make_tensor(t.sizes(), t.dtype(), t.device());
+  kernels::copy[t.device()](c, t);
+  return c;
+}
+
+void conv2d_kernel(Tensor& out, const Tensor& x0, const Tensor& w0, const Tensor& bias0, const Conv2dParams& p) {
+  check_operands(x0, w0, "conv2d");
+  if (out.numel() == 0) return;
+  DeviceGuard g(out.device());
+  const Tensor x = dense(x0), w = dense(w0), bias = dense(bias0);
+  const bool direct = out.is_contiguous();
+  Tensor y = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  const DType t = x.dtype();
+  cudnnHandle_t h = handle_for(out);
+  TensorDesc xd(x), yd(y);
+  FilterDesc wd(w);
+  ConvDesc cd(p, t);
+  int n = 0;
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, static_cast<int>(perf.size()), &n,
+                                                          perf.data()));
+  const auto& algo = pick(perf, n, "forward");
+  Tensor ws = workspace(algo.memory, out.device());
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, kOne.for_type(t), xd.d, x.data_ptr(), wd.d, w.data_ptr(), cd.d, algo.algo,
+                                           ptr(ws), algo.memory, kZero.for_type(t), yd.d, y.data_ptr()));
+  if (bias.defined()) {
+    TensorDesc bd(t, 1, bias.numel(), 1, 1);
+    KILN_CUDNN_CHECK(cudnnAddTensor(h, kOne.for_type(t), bd.d, bias.data_ptr(), kOne.for_type(t), yd.d, y.data_ptr()));
+  }
+  if (!direct) kernels::copy[out.device()](out, y);
+}
+
+void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, const Tensor& grad_out0,
+                            const Tensor& x0, const Tensor& w0, const Conv2dParams& p) {
+  check_operands(x0, w0, "conv2d_backward");
+  if (grad_out0.numel() == 0) {
+    for (Tensor* t : {&grad_x, &grad_w, &grad_bias})
+      if (t->defined()) kernels::fill[t->device()](*t, 0);
+    return;
+  }
+  DeviceGuard g(grad_out0.device());
+  const Tensor x = dense(x0), w = dense(w0), gy = dense(grad_out0);
+  const DType t = x.dtype();
+  cudnnHandle_t h = handle_for(gy);
+  TensorDesc xd(x), yd(gy);
+  FilterDesc wd(w);
+  ConvDesc cd(p, t);
+  if (grad_x.defined()) {
+    Tensor gx = grad_x.is_contiguous() ? grad_x : make_tensor(grad_x.sizes(), grad_x.dtype(), grad_x.device());
+    int n = 0;
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d, static_cast<int>(perf.size()),
+                                                                 &n, perf.data()));
+    const auto& algo = pick(perf, n, "backward-data");
+    Tensor ws = workspace(algo.memory, gy.device());
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, kOne.for_type(t), wd.d, w.data_ptr(), yd.d, gy.data_ptr(), cd.d,
+                                                  algo.algo, ptr(ws), algo.memory, kZero.for_type(t), xd.d,
+                                                  gx.data_ptr()));
+    if (!gx.is_same(grad_x)) kernels::copy[grad_x.device()](grad_x, gx);
+  }
+  if (grad_w.defined()) {
+    Tensor gw = grad_w.is_contiguous() ? grad_w : make_tensor(grad_w.sizes(), grad_w.dtype(), grad_w.device());
+    int n = 0;
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
+                                                                   static_cast<int>(perf.size()), &n, perf.data()));
+    const auto& algo = pick(perf, n, "backward-filter");
+    Tensor ws = workspace(algo.memory, gy.device());
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kOne.for_type(t), xd.d, x.data_ptr(), yd.d, gy.data_ptr(), cd.d,
+                                                    algo.algo, ptr(ws), algo.memory, kZero.for_type(t), wd.d,
+                                                    gw.data_ptr()));
+    if (!gw.is_same(grad_w)) kernels::copy[grad_w.device()](grad_w, gw);
+  }
+  if (grad_bias.defined()) {
+    Tensor gb = grad_bias.is_contiguous() ? grad_bias : make_tensor(grad_bias.sizes(), grad_bias.dtype(), grad_bias.device());
+    TensorDesc bd(t, 1, gb.numel(), 1, 1);
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, kOne.for_type(t), yd.d, gy.data_ptr(), kZero.for_type(t), bd.d,
+                                                  gb.data_ptr()));
+    if (!gb.is_same(grad_bias)) kernels::copy[grad_bias.device()](grad_bias, gb);
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(conv2d, DeviceType::CUDA, &conv2d_kernel);
+KILN_REGISTER_KERNEL(conv2d_backward, DeviceType::CUDA, &conv2d_backward_kernel);
+
+}  // namespace kiln::cuda
