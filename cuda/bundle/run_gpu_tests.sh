@@ -48,7 +48,12 @@ for t in "$here"/tests/*; do
 done
 if [ "$bench" = 1 ]; then
   for b in "$here"/bench/*; do
-    [ -x "$b" ] && run "$(basename "$b")" "$b"
+    [ -x "$b" ] || continue
+    case "$(basename "$b")" in
+      allreduce_bench) run allreduce_bench "$b" --backend nccl --nproc 1 ;;  # one GPU: NCCL with 1 rank
+      amp_bench) run amp_bench "$b" --device cuda ;;
+      *) run "$(basename "$b")" "$b" ;;
+    esac
   done
 fi
 ((failed)) && echo "failed: ${failed_names[*]}"

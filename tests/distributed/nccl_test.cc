@@ -23,7 +23,7 @@ using test::expect;
 
 bool skip(const char* why) {
   std::printf("skipped: %s (%s)\n", why, doctest::getContextOptions()->currentTest->m_name);
-  MESSAGE(why);
+  MESSAGE(std::string(why));
   return true;
 }
 
