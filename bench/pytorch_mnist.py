@@ -6,7 +6,7 @@ The strongest eager baseline: the whole training set is a preloaded tensor and e
 index into a fresh per-epoch permutation (no per-sample DataLoader overhead), threads = cores.
 Prints progress to stderr and ends with one JSON line like the Kiln trainer's.
 
---ddp (under torchrun): DistributedDataParallel with the Gloo backend; each rank takes the
+--ddp (under torchrun): DistributedDataParallel with the Gloo backend (NCCL on cuda, a GPU per rank); each rank takes the
 strided shard [rank::world] of the epoch's permutation (padded to equal length, as
 DistributedSampler does), batch size per rank; rank 0 prints the JSON line."""
 import argparse
@@ -74,8 +74,10 @@ def main():
     rank, world = 0, 1
     if a.ddp:
         import torch.distributed as dist
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if a.device.startswith("cuda") else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
+        if a.device.startswith("cuda"):
+            a.device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)

@@ -50,6 +50,7 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (both sides; Kiln needs a CUDA build)")
     p.add_argument("--launch", help="Kiln's //distributed:launch binary (for --ddp)")
     p.add_argument("--ddp", type=int, default=0,
                    help="data parallel with this many ranks on this machine (Kiln: launch + --ddp; PyTorch: "
@@ -75,8 +76,8 @@ def main():
         kilns, torches = [], []
         for _ in range(a.repeats):
             kilns.append(last_json(kiln_cmd + ["--model", model, "--optimizer", "sgd", "--schedule", "constant",
-                                    "--device", "cpu"] + common))
-            torches.append(last_json(torch_cmd + ["--model", model] + common))
+                                    "--device", a.device] + common))
+            torches.append(last_json(torch_cmd + ["--model", model, "--device", a.device] + common))
         k_sps = statistics.median(r["samples_per_sec"] for r in kilns)
         t_sps = statistics.median(r["samples_per_sec"] for r in torches)
         rows.append({"model": model, "kiln_samples_per_sec": k_sps, "pytorch_samples_per_sec": t_sps,

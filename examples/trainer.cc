@@ -64,7 +64,17 @@ std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data
 
 }  // namespace
 
-TrainResult train(const TrainConfig& c, std::ostream& log) {
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  TrainConfig c = config;
+  // Data parallel on GPUs: one device per rank of this node, as torchrun users expect.
+  if (c.ddp && c.device.is_cuda()) {
+    const char* local = std::getenv("LOCAL_RANK");
+    c.device = Device(DeviceType::CUDA, local ? std::atoi(local) : 0);
+    KILN_CHECK(c.device.index < device_count(DeviceType::CUDA),
+               "--ddp: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here); start at most that many ranks "
+               "per node",
+               c.device.index, device_count(DeviceType::CUDA));
+  }
   if (c.threads > 0) set_num_threads(c.threads);
   KILN_CHECK(std::filesystem::is_directory(c.data_dir), "mnist: data directory '{}' does not exist (use --data-dir)",
              c.data_dir);
