@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -115,7 +116,13 @@ void check_cuda_tensor(const char* op, const Tensor& t, int device) {
 ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, Millis timeout)
     : ProcessGroup(rank, size, timeout), store_(std::move(store)) {
   KILN_CHECK(cuda::device_count() > 0, "ProcessGroupNCCL: no CUDA device");
-  impl_ = std::make_unique<Impl>(cuda::current_device(), timeout);
+  // One GPU per rank of the node: LOCAL_RANK's (as the launcher sets it), else the current one.
+  int device = cuda::current_device();
+  if (const char* local = std::getenv("LOCAL_RANK")) device = std::atoi(local);
+  KILN_CHECK(device >= 0 && device < cuda::device_count(),
+             "ProcessGroupNCCL: LOCAL_RANK {} has no GPU of its own ({} CUDA devices)", device, cuda::device_count());
+  cuda::set_device(device);
+  impl_ = std::make_unique<Impl>(device, timeout);
   cuda::DeviceGuard guard(impl_->device);
   ncclUniqueId id;
   auto ids = std::make_shared<PrefixStore>("nccl", store_);

@@ -16,7 +16,7 @@ namespace kiln::dist {
 
 class ProcessGroupNCCL final : public ProcessGroup {
  public:
-  /// Joins on the current CUDA device (set it to LOCAL_RANK's first).
+  /// Joins on cuda:LOCAL_RANK (the current device when LOCAL_RANK is unset), and makes it current.
   ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, Millis timeout);
   ~ProcessGroupNCCL() override;
 
