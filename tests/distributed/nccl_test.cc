@@ -35,6 +35,7 @@ int gpus_seen_by_a_child() {
 
 void check_collectives(int rank, int world) {
   Device gpu(DeviceType::CUDA, 0);
+  setenv("LOCAL_RANK", "0", 1);  // every rank of this test on the one GPU
   cuda::set_device(0);
   auto pg = dist::init_process_group({.backend = "nccl"});
   expect(pg->backend() == "nccl", "backend {}", pg->backend());
