@@ -117,6 +117,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     fail("ProcessGroupGloo: rank {} of {} connected, but not every peer finished connecting: {}", rank, size,
          e.what());
   }
+  shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
 }
@@ -196,19 +197,27 @@ void ProcessGroupGloo::p2p_loop() {
   }
 }
 
+void ProcessGroupGloo::allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq) {
+  KILN_DISPATCH_ALL(h.dtype(), "allreduce", [&]<class T>() {
+    if (shm_) {
+      shm_->allreduce(h.data_ptr(), static_cast<size_t>(h.numel()), sizeof(T), reducer<T>(op));
+      return;
+    }
+    gloo::AllreduceOptions o(context_);
+    o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
+    o.setReduceFunction(reducer<T>(op));
+    o.setTag(tag(seq));
+    o.setTimeout(timeout_);
+    gloo::allreduce(o);
+  });
+}
+
 WorkPtr ProcessGroupGloo::allreduce(Tensor t, ReduceOp op) {
   check_tensor("allreduce", t);
   check_avg("allreduce", op, t);
   return enqueue("allreduce", [this, t, op](const Task& task) {
     Tensor h = stage(t);
-    KILN_DISPATCH_ALL(h.dtype(), "allreduce", [&]<class T>() {
-      gloo::AllreduceOptions o(context_);
-      o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
-      o.setReduceFunction(reducer<T>(op));
-      o.setTag(tag(task.work->seq()));
-      o.setTimeout(timeout_);
-      gloo::allreduce(o);
-    });
+    allreduce_host(h, op, task.work->seq());
     if (op == ReduceOp::kAvg) h.div_(size_);
     unstage(t, h);
   });
@@ -296,14 +305,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
     int64_t n = output.numel();
     Tensor all = empty({size_ * n}, dtype(output.dtype()));
     for (int r = 0; r < size_; ++r) all.narrow(0, r * n, n).copy_(inputs[r].reshape({n}));
-    KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
-      gloo::AllreduceOptions o(context_);
-      o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
-      o.setReduceFunction(reducer<T>(op));
-      o.setTag(tag(task.work->seq()));
-      o.setTimeout(timeout_);
-      gloo::allreduce(o);
-    });
+    allreduce_host(all, op, task.work->seq());
     Tensor mine = all.narrow(0, rank_ * n, n).view(output.sizes());
     if (op == ReduceOp::kAvg) mine.div_(size_);
     Tensor(output).copy_(mine);

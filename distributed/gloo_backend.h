@@ -1,4 +1,5 @@
-// The Gloo backend: CPU tensors over TCP (CUDA tensors are staged through host memory).
+// The Gloo backend: CPU tensors over TCP (CUDA tensors are staged through host memory); when
+// every rank is on one host, all-reduces go through shared memory instead (shm_allreduce.h).
 // Collectives run in issue order on one communication thread per group (the thread data
 // parallel overlaps with backward); sends and receives are posted there and completed on a
 // second thread, so a rank may have a send and a receive in flight at once.
@@ -14,6 +15,7 @@
 
 #include "distributed/arrival_log.h"
 #include "distributed/process_group.h"
+#include "distributed/shm_allreduce.h"
 
 namespace gloo {
 class Context;
@@ -56,10 +58,13 @@ class ProcessGroupGloo final : public ProcessGroup {
   void p2p_loop();
   void fail_work(const Task& task, const std::exception& e);
   uint32_t tag(uint64_t seq) const { return static_cast<uint32_t>(seq); }
+  /// In-place all-reduce of a contiguous host tensor (shared memory or Gloo's ring).
+  void allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq);
 
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalLog> arrivals_;
+  std::unique_ptr<ShmAllreduce> shm_;  // null unless all ranks share this host
   uint64_t next_seq_ = 0;  // issue order (the caller's thread)
 
   std::mutex mu_;

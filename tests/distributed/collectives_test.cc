@@ -59,6 +59,34 @@ TEST_CASE("allreduce: every op, dtype and size up to tens of MB, on 3 ranks") {
   test::require_all_ok(results);
 }
 
+TEST_CASE("allreduce over Gloo's TCP ring too (shared memory turned off), 3 ranks") {
+  auto results = test::run_ranks(3, [](int rank, int world) {
+    setenv("KILN_SHM_ALLREDUCE", "0", 1);
+    auto pg = dist::init_process_group();
+    for (int64_t n : {int64_t{1}, int64_t{4099}, int64_t{3} << 20})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        Tensor t = rank_values(rank, n, kFloat32);
+        pg->allreduce(t, op)->wait();
+        expect_equal(t, reduce_expected(world, n, kFloat32, op), fmt::format("tcp allreduce n={}", n));
+      }
+  }, 120, "allreduce_tcp");
+  test::require_all_ok(results);
+}
+
+TEST_CASE("shared-memory allreduce across chunk boundaries, with 5 ranks") {
+  // 4 MiB chunks: 1M + 3 floats spans two chunks unevenly; 5 ranks split each chunk unevenly.
+  auto results = test::run_ranks(5, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    for (int64_t n : {int64_t{5}, int64_t{3}, (int64_t{1} << 20) + 3})
+      for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
+        Tensor t = rank_values(rank, n, dt);
+        pg->allreduce(t, ReduceOp::kSum)->wait();
+        expect_equal(t, reduce_expected(world, n, dt, ReduceOp::kSum), fmt::format("shm allreduce n={} {}", n, dt));
+      }
+  }, 120, "allreduce_shm5");
+  test::require_all_ok(results);
+}
+
 TEST_CASE("init_process_group with tcp://host:port and explicit ranks") {
   auto results = test::run_ranks(2, [](int rank, int world) {
     // The environment's MASTER_PORT is free; explicit arguments win over RANK/WORLD_SIZE.

@@ -1,0 +1,145 @@
+#include "distributed/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kiln::dist {
+
+struct ShmAllreduce::Header {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32-bit words");
+
+namespace {
+
+constexpr size_t kHeaderBytes = 4096;
+
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");  // same name, other machine: differs
+  std::string id;
+  std::getline(boot, id);
+  return std::string(host) + "/" + id;
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int size, Millis timeout) {
+  const char* env = std::getenv("KILN_SHM_ALLREDUCE");
+  if (size < 2 || (env != nullptr && std::string(env) == "0")) return nullptr;
+  // Same host for everyone?
+  store.set(fmt::format("shm/host/{}", rank), this_host());
+  for (int r = 0; r < size; ++r)
+    if (store.get_string(fmt::format("shm/host/{}", r)) != this_host()) return nullptr;
+
+  const size_t bytes = kHeaderBytes + static_cast<size_t>(size + 1) * kChunkBytes;
+  std::string name;
+  if (rank == 0) {
+    std::random_device rd;
+    name = fmt::format("/kiln-allreduce-{}-{:x}", getpid(), (uint64_t{rd()} << 32) | rd());
+    store.set("shm/name", name);
+  } else {
+    name = store.get_string("shm/name");
+  }
+  void* base = MAP_FAILED;
+  int fd = shm_open(name.c_str(), rank == 0 ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+  if (fd >= 0) {
+    if (rank != 0 || ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+  }
+  // Everyone reports; shared memory is used only if every rank mapped the segment.
+  store.add(base != MAP_FAILED ? "shm/mapped" : "shm/failed", 1);
+  while (store.add("shm/mapped", 0) + store.add("shm/failed", 0) < size)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool ok = store.add("shm/failed", 0) == 0;
+  // Every rank has opened the name by now: unlink it, the mappings stay.
+  if (rank == 0) shm_unlink(name.c_str());
+  if (!ok) {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(base, bytes, rank, size, timeout));
+}
+
+ShmAllreduce::ShmAllreduce(void* base, size_t bytes, int rank, int size, Millis timeout)
+    : base_(base), bytes_(bytes), header_(static_cast<Header*>(base)), rank_(rank), size_(size), timeout_(timeout) {}
+
+ShmAllreduce::~ShmAllreduce() { munmap(base_, bytes_); }
+
+unsigned char* ShmAllreduce::slot(int r) const {
+  return static_cast<unsigned char*>(base_) + kHeaderBytes + static_cast<size_t>(r) * kChunkBytes;
+}
+unsigned char* ShmAllreduce::result() const { return slot(size_); }
+
+void ShmAllreduce::barrier() {
+  Header& h = *header_;
+  const uint32_t gen = h.generation.load(std::memory_order_acquire);
+  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size_)) {
+    h.arrived.store(0, std::memory_order_relaxed);  // published by the generation bump below
+    h.generation.fetch_add(1, std::memory_order_release);
+    futex(&h.generation, FUTEX_WAKE, INT32_MAX, nullptr);
+    return;
+  }
+  // A short spin (the others are usually a few microseconds behind), then sleep in the kernel.
+  for (int i = 0; i < 256; ++i) {
+    if (h.generation.load(std::memory_order_acquire) != gen) return;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (h.generation.load(std::memory_order_acquire) == gen) {
+    if (std::chrono::steady_clock::now() > deadline)
+      fail("shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks", rank_,
+           timeout_.count());
+    const timespec tick{0, 10'000'000};  // wake up now and then to look at the clock
+    futex(&h.generation, FUTEX_WAIT, gen, &tick);
+  }
+}
+
+void ShmAllreduce::allreduce(void* data, size_t count, size_t elem_size, const ReduceFn& reduce) {
+  auto* bytes = static_cast<unsigned char*>(data);
+  const size_t per_chunk = kChunkBytes / elem_size;
+  for (size_t first = 0; first < count; first += per_chunk) {
+    const size_t n = std::min(per_chunk, count - first);
+    std::memcpy(slot(rank_), bytes + first * elem_size, n * elem_size);
+    barrier();  // every slot written
+    // This rank's share of the chunk, reduced over every rank's slot.
+    const size_t lo = n * static_cast<size_t>(rank_) / static_cast<size_t>(size_);
+    const size_t hi = n * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(size_);
+    if (hi > lo) {
+      unsigned char* out = result() + lo * elem_size;
+      reduce(out, slot(0) + lo * elem_size, slot(1) + lo * elem_size, hi - lo);
+      for (int r = 2; r < size_; ++r) reduce(out, out, slot(r) + lo * elem_size, hi - lo);
+    }
+    barrier();  // the whole result written
+    std::memcpy(bytes + first * elem_size, result(), n * elem_size);
+    barrier();  // everyone has read it: the slots and the result may be reused
+  }
+}
+
+}  // namespace kiln::dist
