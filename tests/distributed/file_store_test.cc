@@ -9,6 +9,7 @@
 
 #include "distributed/file_store.h"
 #include "tests/distributed/proc_util.h"
+#include "tests/distributed/store_scenarios.h"
 
 using namespace kiln::dist;
 using namespace kiln::test;
@@ -55,32 +56,13 @@ TEST_CASE("three processes exchange values through one file, and the last member
 TEST_CASE("adds from three processes are atomic under the file lock") {
   const std::string path = store_path("add");
   FileStore store(path, 0, 120s);
-  std::vector<Proc> procs;
-  for (int r = 0; r < 3; ++r) procs.push_back(spawn("fadd", {worker_path(), "add", spec(path), "1000"}));
-  ProcGuard guard;
-  for (auto& p : procs) guard.procs.push_back(&p);
-  long long sum = 0;
-  for (auto& p : procs) {
-    finish(p);
-    REQUIRE_MESSAGE(p.exited_ok(), p.err());
-    long long first = 0, last = 0, s = 0;
-    REQUIRE(std::sscanf(p.out().c_str(), "adds %lld %lld %lld", &first, &last, &s) == 3);
-    sum += s;
-  }
-  CHECK(store.add("adds", 0) == 3000);
-  CHECK(sum == 3000LL * 3001 / 2);
+  check_atomic_adds(store, spec(path), "fadd");
 }
 
 TEST_CASE("get before set blocks, then returns the value") {
   const std::string path = store_path("get");
   FileStore store(path, 0, 120s);
-  Proc p = spawn("fget", {worker_path(), "get", spec(path), "late"});
-  ProcGuard guard{{&p}};
-  CHECK_FALSE(wait_for(p, 300ms));
-  store.set("late", std::string("value-late"));
-  finish(p);
-  CHECK_MESSAGE(p.exited_ok(), p.err());
-  CHECK(p.out() == "connected\ngot value-late\n");
+  check_get_waits_for_set(store, spec(path), "fget");
 }
 
 TEST_CASE("wait and get time out with a message naming the keys and the file") {

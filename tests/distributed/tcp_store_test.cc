@@ -9,6 +9,7 @@
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
 #include "tests/distributed/proc_util.h"
+#include "tests/distributed/store_scenarios.h"
 
 using namespace kiln::dist;
 using namespace kiln::test;
@@ -59,32 +60,12 @@ TEST_CASE("clients started before the server connect once it is up") {
 
 TEST_CASE("adds from three processes are atomic") {
   TcpStore store = server();
-  std::vector<Proc> procs;
-  for (int r = 0; r < 3; ++r) procs.push_back(spawn("add", {worker_path(), "add", spec(store), "1000"}));
-  ProcGuard guard;
-  for (auto& p : procs) guard.procs.push_back(&p);
-  long long sum = 0;
-  for (auto& p : procs) {
-    finish(p);
-    REQUIRE_MESSAGE(p.exited_ok(), p.err());
-    long long first = 0, last = 0, s = 0;
-    REQUIRE(std::sscanf(p.out().c_str(), "adds %lld %lld %lld", &first, &last, &s) == 3);
-    sum += s;
-  }
-  CHECK(store.add("adds", 0) == 3000);
-  // Atomic adds hand out each of 1..3000 exactly once.
-  CHECK(sum == 3000LL * 3001 / 2);
+  check_atomic_adds(store, spec(store), "add");
 }
 
 TEST_CASE("get before set blocks, then returns the value") {
   TcpStore store = server();
-  Proc p = spawn("get", {worker_path(), "get", spec(store), "late"});
-  ProcGuard guard{{&p}};
-  CHECK_FALSE(wait_for(p, 300ms));
-  store.set("late", std::string("value-late"));
-  finish(p);
-  CHECK_MESSAGE(p.exited_ok(), p.err());
-  CHECK(p.out() == "connected\ngot value-late\n");
+  check_get_waits_for_set(store, spec(store), "get");
 }
 
 TEST_CASE("wait and get time out with a message naming the keys, the timeout and the server") {
