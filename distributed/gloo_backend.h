@@ -38,6 +38,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   ~ProcessGroupGloo() override;
 
   std::string backend() const override { return "gloo"; }
+  /// Whether all-reduces go through shared memory (every rank on this host) or Gloo's TCP ring.
+  bool uses_shared_memory() const { return shm_ != nullptr; }
   WorkPtr allreduce(Tensor t, ReduceOp op) override;
   WorkPtr broadcast(Tensor t, int root) override;
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;

@@ -1,6 +1,7 @@
 #include "distributed/shm_allreduce.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +31,13 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32
 
 namespace {
 
-constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kHeaderBytes = 4096;  // the barrier words, then each rank's pid
+constexpr size_t kPidsOffset = 128;
+constexpr int kMaxRanks = static_cast<int>((kHeaderBytes - kPidsOffset) / sizeof(int32_t));
+
+static_assert(2 * 64 <= kPidsOffset, "the pids follow the two cache-line-aligned barrier words");
+
+int32_t* pids(void* base) { return reinterpret_cast<int32_t*>(static_cast<unsigned char*>(base) + kPidsOffset); }
 
 std::string this_host() {
   char host[256] = {};
@@ -49,29 +57,35 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int size, Millis timeout) {
   const char* env = std::getenv("KILN_SHM_ALLREDUCE");
-  if (size < 2 || (env != nullptr && std::string(env) == "0")) return nullptr;
+  if (size < 2 || size > kMaxRanks || (env != nullptr && std::string(env) == "0")) return nullptr;
   // Same host for everyone?
   store.set(fmt::format("shm/host/{}", rank), this_host());
   for (int r = 0; r < size; ++r)
     if (store.get_string(fmt::format("shm/host/{}", r)) != this_host()) return nullptr;
 
   const size_t bytes = kHeaderBytes + static_cast<size_t>(size + 1) * kChunkBytes;
+  // Rank 0 creates and sizes the segment before it publishes the name: a rank that opened it
+  // earlier would find nothing, or map a file of length 0.
   std::string name;
+  void* base = MAP_FAILED;
+  auto map = [&](int flags) {
+    int fd = shm_open(name.c_str(), flags, 0600);
+    if (fd < 0) return;
+    if (!(flags & O_CREAT) || ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+  };
   if (rank == 0) {
     std::random_device rd;
     name = fmt::format("/kiln-allreduce-{}-{:x}", getpid(), (uint64_t{rd()} << 32) | rd());
-    store.set("shm/name", name);
+    map(O_CREAT | O_EXCL | O_RDWR);
+    store.set("shm/name", base != MAP_FAILED ? name : std::string());
   } else {
     name = store.get_string("shm/name");
-  }
-  void* base = MAP_FAILED;
-  int fd = shm_open(name.c_str(), rank == 0 ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
-  if (fd >= 0) {
-    if (rank != 0 || ftruncate(fd, static_cast<off_t>(bytes)) == 0)
-      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+    if (!name.empty()) map(O_RDWR);
   }
   // Everyone reports; shared memory is used only if every rank mapped the segment.
+  if (base != MAP_FAILED) pids(base)[rank] = static_cast<int32_t>(getpid());
   store.add(base != MAP_FAILED ? "shm/mapped" : "shm/failed", 1);
   while (store.add("shm/mapped", 0) + store.add("shm/failed", 0) < size)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -116,6 +130,10 @@ void ShmAllreduce::barrier() {
     if (std::chrono::steady_clock::now() > deadline)
       fail("shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks", rank_,
            timeout_.count());
+    // A peer that died will never come: say so now rather than at the timeout.
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && kill(pids(base_)[r], 0) != 0 && errno == ESRCH)
+        fail("shared-memory all-reduce: rank {} (pid {}) has exited", r, pids(base_)[r]);
     const timespec tick{0, 10'000'000};  // wake up now and then to look at the clock
     futex(&h.generation, FUTEX_WAIT, gen, &tick);
   }

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include "core/ops.h"
+#include "distributed/gloo_backend.h"
 #include "distributed/init.h"
 #include "tests/distributed/multiprocess.h"
 
@@ -63,6 +64,7 @@ TEST_CASE("allreduce over Gloo's TCP ring too (shared memory turned off), 3 rank
   auto results = test::run_ranks(3, [](int rank, int world) {
     setenv("KILN_SHM_ALLREDUCE", "0", 1);
     auto pg = dist::init_process_group();
+    expect(!dynamic_cast<dist::ProcessGroupGloo&>(*pg).uses_shared_memory(), "rank {}: shared memory not off", rank);
     for (int64_t n : {int64_t{1}, int64_t{4099}, int64_t{3} << 20})
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
         Tensor t = rank_values(rank, n, kFloat32);
@@ -77,6 +79,8 @@ TEST_CASE("shared-memory allreduce across chunk boundaries, with 5 ranks") {
   // 4 MiB chunks: 1M + 3 floats spans two chunks unevenly; 5 ranks split each chunk unevenly.
   auto results = test::run_ranks(5, [](int rank, int world) {
     auto pg = dist::init_process_group();
+    auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
+    expect(gloo != nullptr && gloo->uses_shared_memory(), "rank {}: all-reduce is not using shared memory", rank);
     for (int64_t n : {int64_t{5}, int64_t{3}, (int64_t{1} << 20) + 3})
       for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
         Tensor t = rank_values(rank, n, dt);
