@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/cpu/loops.h"
+#include "core/int_pow.h"
 #include "core/kernels.h"
 
 namespace kiln::cpu {
@@ -37,22 +38,6 @@ template <class M> inline M gelu_grad_of(M x) {
 template <class M> inline M silu_grad_of(M x) {
   M s = sigmoid_of(x);
   return s * (M(1) + x * (M(1) - s));
-}
-
-/// base^e for integers by squaring; e >= 0 (negative exponents follow PyTorch: 1, ±1 or 0).
-template <class I> inline I int_pow(I base, I e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  I r = 1;
-  while (e) {
-    if (e & 1) r = static_cast<I>(r * base);
-    base = static_cast<I>(base * base);
-    e >>= 1;
-  }
-  return r;
 }
 
 // ---- unary

@@ -3,6 +3,7 @@
 // are "or", * and min are "and".
 #include <cmath>
 
+#include "core/int_pow.h"
 #include "cuda/kernels/dtypes.cuh"
 #include "cuda/kernels/loops.cuh"
 
@@ -45,21 +46,6 @@ template <class T> struct FloatBinaryF {
     return from_math<T>(r);
   }
 };
-
-template <class I> __device__ __forceinline__ I int_pow(I base, I e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  I r = 1;
-  while (e) {
-    if (e & 1) r = static_cast<I>(r * base);
-    base = static_cast<I>(base * base);
-    e >>= 1;
-  }
-  return r;
-}
 
 template <class T> struct IntBinaryF {
   BinaryKind kind;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/int_pow.h"
 #include "cuda/kernels/dtypes.cuh"
 #include "cuda/kernels/loops.cuh"
 
@@ -14,21 +15,6 @@ namespace {
 template <class M> __device__ __forceinline__ M sigmoid_of(M x) { return M(1) / (M(1) + exp(-x)); }
 template <class M> __device__ __forceinline__ M gelu_of(M x) {
   return M(0.5) * x * (M(1) + erf(x * M(0.70710678118654752440)));
-}
-
-template <class I> __device__ __forceinline__ I int_pow(I base, I e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e & 1) ? -1 : 1;
-    return 0;
-  }
-  I r = 1;
-  while (e) {
-    if (e & 1) r = static_cast<I>(r * base);
-    base = static_cast<I>(base * base);
-    e >>= 1;
-  }
-  return r;
 }
 
 template <class T> struct FloatUnaryF {
