@@ -37,17 +37,7 @@ TEST_CASE("three processes exchange values through one file, and the last member
   {
     // This process is the fourth member, so the file outlives the workers.
     FileStore store(path, 4, 120s);
-    std::vector<Proc> procs;
-    for (int r = 0; r < 3; ++r)
-      procs.push_back(spawn("fexchange", {worker_path(), "exchange", spec(path, 4), std::to_string(r), "3"}));
-    ProcGuard guard;
-    for (auto& p : procs) guard.procs.push_back(&p);
-    for (int r = 0; r < 3; ++r) {
-      finish(procs[r]);
-      CHECK_MESSAGE(procs[r].exited_ok(), procs[r].err());
-      CHECK(contains(procs[r].out(), "exchange ok rank " + std::to_string(r)));
-    }
-    CHECK(store.get_string("joined") == "3");
+    check_three_exchange(store, spec(path, 4), "fexchange");
     CHECK(std::filesystem::exists(path));
   }
   CHECK_FALSE(std::filesystem::exists(path));

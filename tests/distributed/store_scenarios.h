@@ -14,6 +14,23 @@
 
 namespace kiln::test {
 
+/// Three processes exchange values through the store (each sets its key, waits for the others'
+/// and reads them; store_worker's "exchange"), and all three join.
+inline void check_three_exchange(dist::Store& store, const std::string& spec, const std::string& tag) {
+  std::vector<Proc> procs;
+  for (int r = 0; r < 3; ++r)
+    procs.push_back(spawn(tag, {worker_path(), "exchange", spec, std::to_string(r), "3"}));
+  ProcGuard guard;
+  for (auto& p : procs) guard.procs.push_back(&p);
+  for (int r = 0; r < 3; ++r) {
+    finish(procs[r]);
+    CHECK_MESSAGE(procs[r].exited_ok(), procs[r].err());
+    CHECK(procs[r].out().find("exchange ok rank " + std::to_string(r)) != std::string::npos);
+  }
+  CHECK(store.get_string("joined") == "3");
+  CHECK(store.get_string("key/2") == "value-2");
+}
+
 /// Three processes add 1 a thousand times each: the total is 3000 and, the adds being atomic,
 /// the values they got back are 1..3000, each once.
 inline void check_atomic_adds(dist::Store& store, const std::string& spec, const std::string& tag) {

@@ -26,18 +26,7 @@ TcpStore server(Millis timeout = Millis(120000)) { return TcpStore("127.0.0.1", 
 TEST_CASE("three processes exchange values through the server") {
   TcpStore store("127.0.0.1", 0, 4, true);
   REQUIRE(store.port() > 0);
-  std::vector<Proc> procs;
-  for (int r = 0; r < 3; ++r)
-    procs.push_back(spawn("exchange", {worker_path(), "exchange", spec(store), std::to_string(r), "3"}));
-  ProcGuard guard;
-  for (auto& p : procs) guard.procs.push_back(&p);
-  for (int r = 0; r < 3; ++r) {
-    finish(procs[r]);
-    CHECK_MESSAGE(procs[r].exited_ok(), procs[r].err());
-    CHECK(contains(procs[r].out(), "exchange ok rank " + std::to_string(r)));
-  }
-  CHECK(store.get_string("joined") == "3");
-  CHECK(store.get_string("key/2") == "value-2");
+  check_three_exchange(store, spec(store), "exchange");
 }
 
 TEST_CASE("clients started before the server connect once it is up") {
