@@ -47,4 +47,15 @@ template <class F> void dispatch_all(ScalarType t, F&& f) {
   }
 }
 
+/// The same for the floating types; other dtypes do nothing (the host side refuses them).
+template <class F> void dispatch_floating(ScalarType t, F&& f) {
+  switch (t) {
+    case ScalarType::f16: return f.template operator()<__half>();
+    case ScalarType::bf16: return f.template operator()<__nv_bfloat16>();
+    case ScalarType::f32: return f.template operator()<float>();
+    case ScalarType::f64: return f.template operator()<double>();
+    default: return;  // refused on the host side
+  }
+}
+
 }  // namespace kiln::cuda::kern

@@ -108,16 +108,6 @@ __global__ void avg_pool_backward_kernel(const T* grad_out, T* grad_x, PoolShape
   }
 }
 
-template <class F> void dispatch_floating(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::f16: return f.template operator()<__half>();
-    case ScalarType::bf16: return f.template operator()<__nv_bfloat16>();
-    case ScalarType::f32: return f.template operator()<float>();
-    case ScalarType::f64: return f.template operator()<double>();
-    default: return;  // refused on the host side
-  }
-}
-
 }  // namespace
 
 void launch_max_pool2d(ScalarType type, const void* x, void* out, int64_t* indices, const PoolShape& s,

@@ -103,16 +103,6 @@ __global__ void bernoulli_kernel(T* out, int64_t n, uint64_t seed, uint64_t offs
 
 unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-template <class F> void dispatch_floating(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::f16: return f.template operator()<__half>();
-    case ScalarType::bf16: return f.template operator()<__nv_bfloat16>();
-    case ScalarType::f32: return f.template operator()<float>();
-    case ScalarType::f64: return f.template operator()<double>();
-    default: return;  // refused on the host side
-  }
-}
-
 }  // namespace
 
 void launch_uniform(ScalarType type, void* out, int64_t n, uint64_t seed, uint64_t offset, double low, double high,

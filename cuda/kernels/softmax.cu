@@ -65,16 +65,6 @@ __global__ void softmax_backward_kernel(const T* gy, const T* y, T* gx, int64_t 
   }
 }
 
-template <class F> void dispatch_floating(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::f16: return f.template operator()<__half>();
-    case ScalarType::bf16: return f.template operator()<__nv_bfloat16>();
-    case ScalarType::f32: return f.template operator()<float>();
-    case ScalarType::f64: return f.template operator()<double>();
-    default: return;  // refused on the host side
-  }
-}
-
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
 }  // namespace
