@@ -19,15 +19,13 @@
 #include "distributed/local_ranks.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/device.h"
+#include "bench/timing.h"
 #endif
 
 using namespace kiln;
+using kiln::bench::now_s;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 /// Waits for the device too (NCCL's wait only orders the caller's stream).
 void settle(const Device& d) {

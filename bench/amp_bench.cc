@@ -28,15 +28,14 @@
 #ifdef KILN_HAVE_CUDA
 #include "cuda/allocator.h"
 #include "cuda/device.h"
+#include "bench/timing.h"
 #endif
 
 using namespace kiln;
+using kiln::bench::median;
+using kiln::bench::now_s;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::shared_ptr<nn::Sequential> make_wide_mlp() {
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
@@ -97,8 +96,7 @@ void run_one(const std::string& model_name, const std::string& precision, Device
     synchronize(dev);
     ms.push_back((now_s() - t0) / steps * 1e3);
   }
-  std::sort(ms.begin(), ms.end());
-  std::ofstream(out) << ms[ms.size() / 2] << " " << peak_bytes(dev) << "\n";
+  std::ofstream(out) << median(ms) << " " << peak_bytes(dev) << "\n";
 }
 
 }  // namespace

@@ -17,14 +17,12 @@
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "bench/timing.h"
 
 using namespace kiln;
+using kiln::bench::now_s;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 /// Best seconds of `f` over enough runs to fill about `budget_s` (at least 5), after warm-up.
 double time_best(const std::function<void()>& f, double budget_s = 1.0) {

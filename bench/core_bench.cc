@@ -20,22 +20,15 @@
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "bench/timing.h"
 
 using namespace kiln;
+using kiln::bench::median;
+using kiln::bench::now_s;
 
 namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// Median seconds of `f` over enough runs to fill about `budget_s` (at least 5), after warm-up.
 double time_median(const std::function<void()>& f, double budget_s = 0.6) {

@@ -23,19 +23,13 @@
 #include "distributed/local_ranks.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
+#include "bench/timing.h"
 
 using namespace kiln;
+using kiln::bench::median;
+using kiln::bench::now_s;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// A wider MLP whose 40 MB of gradients make communication matter: 784-2048-2048-2048-10.
 std::shared_ptr<nn::Sequential> make_wide_mlp() {

@@ -10,12 +10,11 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+#include "bench/timing.h"
+
+using kiln::bench::now_s;
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-static double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int main(int argc, char** argv) {
   if (argc < 5 || (argc - 2) % 3 != 0) {
