@@ -64,7 +64,6 @@ class DistributedDataParallel {
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   nn::Module& module() { return *module_; }
-  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   ProcessGroup& process_group() { return *pg_; }
   /// Communication timings of the last synchronised backward.
   const ReducerStats& stats() const { return reducer_->stats(); }

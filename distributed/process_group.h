@@ -29,7 +29,7 @@ const char* reduce_op_name(ReduceOp op);
 class Work {
  public:
   using Clock = std::chrono::steady_clock;
-  Work(std::string name, uint64_t seq) : name_(std::move(name)), seq_(seq), issued_(Clock::now()) {}
+  Work(std::string name, uint64_t seq) : name_(std::move(name)), seq_(seq) {}
   virtual ~Work() = default;
 
   virtual bool is_completed() const;
@@ -54,7 +54,7 @@ class Work {
   std::exception_ptr error_;
   std::string name_;
   uint64_t seq_;
-  Clock::time_point issued_, started_, finished_;
+  Clock::time_point started_, finished_;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -101,6 +101,7 @@ TEST_CASE("init_process_group with tcp://host:port and explicit ranks") {
     auto pg = dist::init_process_group(o);
     expect(pg->rank() == 1 - rank && pg->size() == world, "got rank {} of {}", pg->rank(), pg->size());
     expect(dist::get_rank() == pg->rank() && dist::get_world_size() == world, "default group not set");
+    expect(dist::is_initialized() && dist::default_group() == pg, "the default group is not this group");
     Tensor t = full({3}, pg->rank() + 1.0);
     pg->allreduce(t)->wait();
     expect(t.min().item<float>() == 3, "allreduce over tcp:// init got {}", t.min().item<float>());
