@@ -69,6 +69,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
              options.first_bucket_mb, options.bucket_cap_mb);
   check_same_model();
   broadcast_state(/*buffers_only=*/false);
+  sync_buffers_ = options.broadcast_buffers && pg_->size() > 1 && !module_->buffers().empty();
 
   std::vector<std::string> names;
   std::vector<Tensor> params;
@@ -113,8 +114,7 @@ void DistributedDataParallel::broadcast_state(bool buffers_only) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  if (options_.broadcast_buffers && pg_->size() > 1 && !module_->buffers().empty())
-    broadcast_state(/*buffers_only=*/true);
+  if (sync_buffers_) broadcast_state(/*buffers_only=*/true);
   if (GradMode::is_enabled() && sync_)
     reducer_->prepare_for_backward();
   else

@@ -79,6 +79,7 @@ class DistributedDataParallel {
   DDPOptions options_;
   std::shared_ptr<Reducer> reducer_;
   bool sync_ = true;
+  bool sync_buffers_ = false;  // broadcast rank 0's buffers before each forward (there are some)
 };
 
 }  // namespace kiln::dist
