@@ -180,6 +180,24 @@ TEST_CASE("a parameter without a gradient is an error naming it, unless find_unu
   test::require_all_ok(results);
 }
 
+TEST_CASE("DDP's forward gives every rank rank 0's buffers (batch-norm running statistics)") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int) {
+    auto pg = dist::init_process_group();
+    auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(12, 6), std::make_shared<nn::BatchNorm1d>(6)});
+    dist::DistributedDataParallel ddp(model, pg);
+    Tensor mean = model->named_buffers()[0].second;
+    {
+      NoGradGuard no_grad;
+      mean.fill_(rank == 0 ? 0.25 : 7.0);  // the ranks drift apart
+    }
+    model->eval();  // eval: the forward itself leaves the statistics alone
+    ddp(randn({4, 12}));
+    expect(mean.min().item<float>() == 0.25f && mean.max().item<float>() == 0.25f,
+           "rank {}: running mean {} after forward, not rank 0's 0.25", rank, mean.max().item<float>());
+  }, 120, "ddp_buffers"));
+}
+
 TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on one rank stops all") {
   std::string dir = test::scratch_dir("ddp_ckpt");
   test::require_all_ok(test::run_ranks(2, [dir](int rank, int) {
