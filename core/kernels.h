@@ -73,7 +73,47 @@ namespace kiln::kernels {
   /* mixed precision's gradient unscaling: grad *= inv_scale in place, and found_inf (f32,       \
      0-dim, on grad's device) is set to 1 if any element of grad is inf or NaN (left alone      \
      otherwise); grad contiguous and floating */                                               \
-  _(non_finite_check_and_unscale, void(Tensor& grad, Tensor& found_inf, double inv_scale))
+  _(non_finite_check_and_unscale, void(Tensor& grad, Tensor& found_inf, double inv_scale))     \
+  /* fused cross-entropy over rows: logits [N, C] contiguous floating, target [N] i64; writes   \
+     loss [N] (0 where target == ignore_index) and lse [N] (logsumexp of each row), both in     \
+     logits' dtype (f16/bf16 accumulate in f32). A target outside [0, C) that is not            \
+     ignore_index throws naming it */                                                           \
+  _(cross_entropy, void(Tensor& loss, Tensor& lse, const Tensor& logits, const Tensor& target, \
+                        int64_t ignore_index, double label_smoothing))                          \
+  /* grad_logits (=) [N, C] = grad_loss[i] * (softmax - (1 - s) * onehot(target) - s / C),     \
+     zero rows where target == ignore_index; from the forward's lse, never storing softmax */   \
+  _(cross_entropy_backward, void(Tensor& grad_logits, const Tensor& grad_loss,                 \
+                                 const Tensor& logits, const Tensor& lse, const Tensor& target,\
+                                 int64_t ignore_index, double label_smoothing))                 \
+  /* layer norm over the last dim of x viewed as [M, N] (contiguous): out [M, N], mean and rstd \
+     [M] (f32 for f16/bf16 x, else x's dtype); weight and bias [N] or undefined */             \
+  _(layer_norm, void(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& x,                 \
+                     const Tensor& weight, const Tensor& bias, double eps))                    \
+  /* writes (=) each of grad_x [M, N], grad_weight [N], grad_bias [N] that is defined */       \
+  _(layer_norm_backward, void(Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias,          \
+                              const Tensor& grad_out, const Tensor& x, const Tensor& mean,     \
+                              const Tensor& rstd, const Tensor& weight))                        \
+  /* training-mode batch norm over x [N, C, *] contiguous: out like x; save_mean, save_invstd \
+     [C] f32 (f64 for f64 x); weight/bias [C] or undefined; running_mean/var [C] updated in    \
+     place with momentum (unbiased variance) when defined */                                    \
+  _(batch_norm, void(Tensor& out, Tensor& save_mean, Tensor& save_invstd, const Tensor& x,     \
+                     const Tensor& weight, const Tensor& bias, Tensor& running_mean,           \
+                     Tensor& running_var, double momentum, double eps))                        \
+  /* training-mode backward; writes (=) each of grad_x, grad_weight, grad_bias that is defined  \
+     (weight undefined means 1) */                                                              \
+  _(batch_norm_backward, void(Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias,          \
+                              const Tensor& grad_out, const Tensor& x, const Tensor& weight,   \
+                              const Tensor& save_mean, const Tensor& save_invstd))             \
+  /* one SGD step over a list of parameters on one device with one dtype; params, grads and    \
+     bufs contiguous and pairwise the same shape; bufs empty when momentum == 0; `first` seeds   \
+     the buffers with the gradient (a parameter's first step) */                                \
+  _(sgd_step, void(std::vector<Tensor>& params, const std::vector<Tensor>& grads,              \
+                   std::vector<Tensor>& bufs, const SGDStepParams& s, bool first))              \
+  /* one Adam/AdamW step over a list of parameters at the same step t; as sgd_step;            \
+     max_exp_avg_sqs empty unless amsgrad */                                                    \
+  _(adam_step, void(std::vector<Tensor>& params, const std::vector<Tensor>& grads,             \
+                    std::vector<Tensor>& exp_avgs, std::vector<Tensor>& exp_avg_sqs,           \
+                    std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& s))
 
 #define KILN_DECLARE_KERNEL_(NAME, SIG) extern KernelStub<SIG> NAME;
 KILN_KERNEL_LIST(KILN_DECLARE_KERNEL_)

@@ -51,6 +51,21 @@ struct Pool2dParams {
   bool count_include_pad = true;
 };
 
+/// One fused SGD step's constants, shared by every tensor of the call (torch.optim.SGD's).
+struct SGDStepParams {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+};
+
+/// One fused Adam/AdamW step's constants (torch.optim.Adam's), for tensors at the same step t.
+struct AdamStepParams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, maximize = false;
+  bool decoupled = false;        // AdamW: p *= 1 - lr * weight_decay instead of grad += wd * p
+  double step_size = 0;          // lr / (1 - beta1^t)
+  double bias_corr2_sqrt = 0;    // sqrt(1 - beta2^t)
+};
+
 std::string_view kind_name(UnaryKind k);
 std::string_view kind_name(BinaryKind k);
 std::string_view kind_name(CompareKind k);

@@ -31,7 +31,16 @@ namespace kiln::op {
   /* bias may be undefined */                                                                \
   _(conv2d, Tensor(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams&)) \
   _(max_pool2d, Tensor(const Tensor&, const Pool2dParams&))                                  \
-  _(avg_pool2d, Tensor(const Tensor&, const Pool2dParams&))
+  _(avg_pool2d, Tensor(const Tensor&, const Pool2dParams&))                                  \
+  /* per-row loss [N] of logits [N, C] against i64 target [N] (reduction is composed on top) */ \
+  _(cross_entropy, Tensor(const Tensor& logits, const Tensor& target, int64_t ignore_index,    \
+                          double label_smoothing))                                             \
+  /* over the last `normalized_dims` dims; weight/bias of that shape or undefined */           \
+  _(layer_norm, Tensor(const Tensor& x, const Tensor& weight, const Tensor& bias,              \
+                       int64_t normalized_dims, double eps))                                   \
+  /* training mode (batch statistics); running stats updated in place when defined */          \
+  _(batch_norm, Tensor(const Tensor& x, const Tensor& weight, const Tensor& bias,              \
+                       Tensor running_mean, Tensor running_var, double momentum, double eps))
 
 #define KILN_DECLARE_OP_(NAME, SIG) extern Op<SIG> NAME;
 KILN_OP_LIST(KILN_DECLARE_OP_)
