@@ -37,6 +37,10 @@ namespace kiln::kernels {
   _(softmax_backward, void(Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, bool log)) \
   /* out[b] = a[b] @ b[b]; 3-D operands, same dtype */                                           \
   _(bmm, void(Tensor& out, const Tensor& a, const Tensor& b))                                    \
+  /* out [M, N] = x [M, K] @ w [N, K]^T (+ bias [N] when defined), all contiguous, one floating \
+     dtype: a GEMM with the bias added in its epilogue. Optional: linear uses bmm + add on a    \
+     device without it */                                                                       \
+  _(linear, void(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias))            \
   /* index is i64 and 1-D */                                                                     \
   _(index_select, void(Tensor& out, const Tensor& x, int64_t dim, const Tensor& index))          \
   /* out.index_select(dim, index) += src, in place */                                            \

@@ -1,5 +1,5 @@
 // bmm on CUDA through cuBLAS (cublasGemmStridedBatchedEx): f32 and f64 in their own precision
-// (no TF32, as the CPU reference), f16/bf16 with f32 accumulation. Row-major C = A @ B is run as
+// (f32 without TF32, as the CPU reference, unless set_float32_matmul_precision("high")), f16/bf16 with f32 accumulation. Row-major C = A @ B is run as
 // column-major C^T = B^T @ A^T; an operand whose matrices are neither row- nor column-major is
 // copied first, and a strided output is written through a contiguous buffer. One cuBLAS handle
 // per thread and device, bound to the current stream at each call.
@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/kernels.h"
+#include "core/matmul_precision.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/stream.h"
@@ -69,7 +70,7 @@ void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
   cudaDataType_t type;
   cublasComputeType_t compute;
   switch (a.dtype()) {
-    case kFloat32: type = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F; break;
+    case kFloat32: type = CUDA_R_32F; compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; break;
     case kFloat64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
     case kFloat16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
     case kBFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;

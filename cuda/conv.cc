@@ -1,34 +1,20 @@
 // conv2d and its backward on CUDA through cuDNN (legacy convolution API): NCHW, groups,
-// stride/padding/dilation; f32/f64 without TF32 (FMA math, as the CPU reference), f16/bf16 with
-// tensor cores and f32 accumulation. Algorithms come from cuDNN's heuristics (the first one
+// stride/padding/dilation; f32/f64 without TF32 (FMA math, as the CPU reference) unless
+// set_float32_matmul_precision("high") allows TF32 for f32, f16/bf16 with tensor cores and f32 accumulation. Algorithms come from cuDNN's heuristics (the first one
 // that runs), workspaces from the caching allocator. One handle per thread and device.
 #include <cudnn.h>
 
-#include <map>
 #include <vector>
 
 #include "core/kernels.h"
+#include "core/matmul_precision.h"
+#include "cuda/cudnn_handle.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
-
-cudnnHandle_t handle_for(const Tensor& t) {
-  thread_local std::map<int, cudnnHandle_t> handles;
-  const int device = t.device().index;
-  auto it = handles.find(device);
-  cudnnHandle_t h;
-  if (it == handles.end()) {
-    KILN_CUDNN_CHECK(cudnnCreate(&h));
-    handles[device] = h;
-  } else {
-    h = it->second;
-  }
-  KILN_CUDNN_CHECK(cudnnSetStream(h, current_stream(device).raw()));
-  return h;
-}
 
 cudnnDataType_t data_type(DType t) {
   switch (t) {
@@ -76,7 +62,11 @@ struct ConvDesc {
         CUDNN_CROSS_CORRELATION, t == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(p.groups)));
     const bool half = t == kFloat16 || t == kBFloat16;
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    // CUDNN_DEFAULT_MATH lets f32 use TF32 tensor cores; FMA math keeps full f32.
+    const cudnnMathType_t math = half ? CUDNN_TENSOR_OP_MATH
+                                 : (t == kFloat32 && allow_tf32()) ? CUDNN_DEFAULT_MATH
+                                                                   : CUDNN_FMA_MATH;
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
@@ -126,7 +116,7 @@ void conv2d_kernel(Tensor& out, const Tensor& x0, const Tensor& w0, const Tensor
   const bool direct = out.is_contiguous();
   Tensor y = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
   const DType t = x.dtype();
-  cudnnHandle_t h = handle_for(out);
+  cudnnHandle_t h = cudnn_handle_for(out);
   TensorDesc xd(x), yd(y);
   FilterDesc wd(w);
   ConvDesc cd(p, t);
@@ -156,7 +146,7 @@ void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, c
   DeviceGuard g(grad_out0.device());
   const Tensor x = dense(x0), w = dense(w0), gy = dense(grad_out0);
   const DType t = x.dtype();
-  cudnnHandle_t h = handle_for(gy);
+  cudnnHandle_t h = cudnn_handle_for(gy);
   TensorDesc xd(x), yd(gy);
   FilterDesc wd(w);
   ConvDesc cd(p, t);

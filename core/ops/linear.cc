@@ -25,6 +25,12 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
   out_shape.back() = out_features;
   Tensor out = make_tensor(out_shape, x.dtype(), x.device());
   if (out.numel() == 0) return out;
+  if (kernels::linear.has(x.device().type) && x.is_contiguous() && w.is_contiguous() &&
+      (!bias.defined() || bias.is_contiguous()) && in > 0) {
+    Tensor out2 = make_view(out, {rows, out_features}, {out_features, 1}, 0);
+    kernels::linear[x.device()](out2, x.reshape({rows, in}), w, bias);
+    return out;
+  }
   Tensor x2 = x.reshape({1, rows, in});
   Tensor out3 = make_view(out, {1, rows, out_features}, {rows * out_features, out_features, 1}, 0);
   Tensor wt = make_view(w, {1, in, out_features}, {in * out_features, w.stride(1), w.stride(0)}, w.offset());

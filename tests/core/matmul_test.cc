@@ -2,6 +2,7 @@
 // dims, transposed and strided (non-contiguous) operands, the parallel paths, 16-bit and integer
 // dtypes, and shape errors that name the op and both shapes.
 #include "core/kernels.h"
+#include "core/matmul_precision.h"
 #include "tests/core/test_util.h"
 
 using namespace kiln;
@@ -168,4 +169,23 @@ TEST_CASE("shape and dtype errors name the op and both shapes") {
   CHECK_THROWS_WITH(matmul(scalar_tensor(1.0, kFloat32), randn({3})), doctest::Contains("matmul"));
   CHECK_THROWS_WITH(matmul(randn({2, 3}), randn({3, 2}, kFloat64)), doctest::Contains("matmul: expected both"));
   CHECK_THROWS_WITH(matmul(randn({2, 2, 3, 4}), randn({3, 4, 5})), doctest::Contains("matmul"));
+}
+
+TEST_CASE("float32 matmul precision: \"highest\" by default, \"high\" allows TF32, others rejected") {
+  CHECK(float32_matmul_precision() == Float32MatmulPrecision::highest);
+  CHECK_FALSE(allow_tf32());
+  Tensor a = randn({5, 7}), b = randn({7, 3});
+  Tensor full = matmul(a, b);
+  set_float32_matmul_precision("high");
+  CHECK(allow_tf32());
+  // The CPU has no TF32: its results do not change.
+  CHECK(test::allclose(matmul(a, b), full, 0, 0));
+  set_float32_matmul_precision("highest");
+  CHECK_FALSE(allow_tf32());
+  try {
+    set_float32_matmul_precision("medium");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("\"medium\"") != std::string::npos);
+  }
 }

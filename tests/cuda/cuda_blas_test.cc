@@ -1,9 +1,13 @@
 // bmm through cuBLAS against the CPU GEMM: f32/f64/f16/bf16, row- and column-major operands,
-// a broadcast batch (stride 0), strided outputs, and matmul/linear through the op table.
+// a broadcast batch (stride 0), strided outputs, matmul/linear through the op table, linear
+// through cuBLASLt (bias epilogue, fallback on misaligned views) and the TF32 switch.
 // Skipped without a GPU.
 #include <doctest/doctest.h>
 
+#include <array>
+
 #include "core/kernels.h"
+#include "core/matmul_precision.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 #include "tests/cuda/gpu_test_util.h"
@@ -56,4 +60,65 @@ TEST_CASE("matmul and linear on CUDA tensors through the op table") {
                        1e-4));
   CHECK(test::allclose(op::linear(x.to(kGpu), w.to(kGpu), bias.to(kGpu)).to(kCPU), op::linear(x, w, bias), 1e-4,
                        1e-4));
+}
+
+TEST_CASE("linear through cuBLASLt's bias epilogue matches the CPU, with and without bias") {
+  KILN_REQUIRE_GPU();
+  REQUIRE(kernels::linear.has(DeviceType::CUDA));
+  // Odd shapes (K = 1, N = 1, sizes not multiples of 8) and aligned ones.
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1}, {7, 1, 13}, {37, 65, 29}, {256, 512, 128}, {3, 5, 1}};
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    for (const auto& [M, K, N] : shapes) {
+      Tensor x = random_input({M, K}, t), w = random_input({N, K}, t), b = random_input({N}, t);
+      for (bool with_bias : {true, false}) {
+        const Tensor bias = with_bias ? b : Tensor();
+        Tensor go = empty({M, N}, dtype(t).device(kGpu)), co = empty({M, N}, t);
+        kernels::linear[kGpu](go, x.to(kGpu), w.to(kGpu), with_bias ? bias.to(kGpu) : Tensor());
+        kernels::bmm[kCPU](co.view({1, M, N}), x.view({1, M, K}), w.transpose(0, 1).unsqueeze(0));
+        if (with_bias) co = (co.to(kFloat64) + bias.to(kFloat64)).to(t);
+        const double tol = gemm_tolerance(t);
+        CHECK_MESSAGE(test::allclose(go.to(kCPU).to(kFloat64), co.to(kFloat64), tol, tol),
+                      fmt::format("linear {} M={} K={} N={} bias={}", t, M, K, N, with_bias));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear on misaligned views falls back to bmm + add and still matches") {
+  KILN_REQUIRE_GPU();
+  // A view starting one element in is 4-byte aligned only: cuBLASLt is not asked.
+  Tensor xs = random_input({1 + 9 * 6}, kFloat32), w = random_input({5, 6}, kFloat32), b = random_input({5}, kFloat32);
+  Tensor x = xs.slice(0, 1, 1 + 54).view({9, 6});
+  Tensor gx = xs.to(kGpu).slice(0, 1, 1 + 54).view({9, 6});
+  CHECK(test::allclose(op::linear(gx, w.to(kGpu), b.to(kGpu)).to(kCPU), op::linear(x, w, b), 1e-4, 1e-4));
+}
+
+TEST_CASE("TF32 is used only when the f32 matmul precision is \"high\"") {
+  KILN_REQUIRE_GPU();
+  // Inputs with bits below TF32's 10-bit mantissa: full f32 keeps them, TF32 rounds them away.
+  const int64_t n = 256;
+  Tensor a = random_input({1, n, n}, kFloat32) + 1.0 / 4096, b = random_input({1, n, n}, kFloat32);
+  Tensor exact = empty({1, n, n}, kFloat64);
+  kernels::bmm[kCPU](exact, a.to(kFloat64), b.to(kFloat64));
+  auto gpu_err = [&](bool linear) {
+    Tensor out = empty({1, n, n}, dtype(kFloat32).device(kGpu));
+    if (linear) {
+      Tensor o2 = out.view({n, n});
+      kernels::linear[kGpu](o2, a.view({n, n}).to(kGpu), b.view({n, n}).transpose(0, 1).contiguous().to(kGpu),
+                            Tensor());
+    } else {
+      kernels::bmm[kGpu](out, a.to(kGpu), b.to(kGpu));
+    }
+    return (out.to(kCPU).to(kFloat64) - exact).abs().max().item<double>();
+  };
+  for (bool linear : {false, true}) {
+    const double full = gpu_err(linear);
+    set_float32_matmul_precision("high");
+    const double tf32 = gpu_err(linear);
+    set_float32_matmul_precision("highest");
+    INFO("linear=", linear, " full f32 error ", full, ", TF32 error ", tf32);
+    CHECK(full < 1e-3);
+    CHECK(tf32 < 0.5);     // TF32 is still a good GEMM ...
+    CHECK(tf32 > 4 * full);  // ... but visibly coarser than f32
+  }
 }
