@@ -11,7 +11,6 @@
 #include "cuda/cudnn_handle.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
-#include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
