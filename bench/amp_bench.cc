@@ -1,6 +1,8 @@
 // Mixed-precision training step time and peak memory: f32 against bf16 and f16 autocast (f16
 // with dynamic loss scaling), on the Fashion-MNIST MLP and CNN and a matmul-bound wide MLP
-// (784-4096-4096-4096-10, batch 512), on the chosen device. Each (model, precision) runs in its
+// (784-4096-4096-4096-10, batch 512) and a conv-bound CNN with batch norm (wide_cnn, batch 256;
+// not in the default --models list), on the chosen device. Its f32 rows are the plain step times
+// that bench/amp_vs_pytorch.py sets against PyTorch eager's. Each (model, precision) runs in its
 // own process so its peak memory is its own (CUDA: the caching allocator's peak allocated
 // bytes; CPU: the process's peak resident size). Median step time of several blocks. The last
 // line is JSON; bench/amp_vs_pytorch.py runs PyTorch's autocast on the same models beside it.
@@ -44,6 +46,32 @@ std::shared_ptr<nn::Sequential> make_wide_mlp() {
       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4096, 10)});
 }
 
+/// A conv-bound CNN with batch norm (batch 256): 1-64-128-256 channels of 3x3 convolutions.
+std::shared_ptr<nn::Sequential> make_wide_cnn() {
+  nn::Conv2dOptions same{.padding = {1, 1}};
+  auto block = [&](int64_t in, int64_t out) -> std::vector<std::shared_ptr<nn::Module>> {
+    return {std::make_shared<nn::Conv2d>(in, out, IntList{3, 3}, same), std::make_shared<nn::BatchNorm2d>(out),
+            std::make_shared<nn::ReLU>()};
+  };
+  std::vector<std::shared_ptr<nn::Module>> layers;
+  for (auto& m : block(1, 64)) layers.push_back(m);
+  for (auto& m : block(64, 128)) layers.push_back(m);
+  layers.push_back(std::make_shared<nn::MaxPool2d>(IntList{2, 2}));
+  for (auto& m : block(128, 256)) layers.push_back(m);
+  layers.push_back(std::make_shared<nn::MaxPool2d>(IntList{2, 2}));
+  layers.push_back(std::make_shared<nn::Flatten>());
+  layers.push_back(std::make_shared<nn::Linear>(256 * 7 * 7, 10));
+  auto seq = std::make_shared<nn::Sequential>();
+  for (auto& m : layers) seq->push_back(m);
+  return seq;
+}
+
+std::shared_ptr<nn::Sequential> make_bench_model(const std::string& name) {
+  if (name == "wide_mlp") return make_wide_mlp();
+  if (name == "wide_cnn") return make_wide_cnn();
+  return examples::make_model(name);
+}
+
 void synchronize(Device d) {
 #ifdef KILN_HAVE_CUDA
   if (d.is_cuda()) cuda::synchronize();
@@ -65,9 +93,9 @@ double peak_bytes(Device d) {
 void run_one(const std::string& model_name, const std::string& precision, Device dev, int steps, int blocks,
              const std::string& out) {
   manual_seed(0);
-  auto model = model_name == "wide_mlp" ? make_wide_mlp() : examples::make_model(model_name);
+  auto model = make_bench_model(model_name);
   model->to(dev);
-  const int64_t batch = model_name == "wide_mlp" ? 512 : 128;
+  const int64_t batch = model_name == "wide_mlp" ? 512 : model_name == "wide_cnn" ? 256 : 128;
   Tensor x = randn({batch, 1, 28, 28}).to(dev), y = randint(0, 10, {batch}).to(dev);
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
   const bool low = precision != "f32";
@@ -112,7 +140,7 @@ int main(int argc, char** argv) {
     else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
     else if (a == "--models") models = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: amp_bench [--device cpu|cuda] [--steps N] [--blocks N] [--models mlp,cnn,wide_mlp]\n");
+      std::fprintf(stderr, "usage: amp_bench [--device cpu|cuda] [--steps N] [--blocks N] [--models mlp,cnn,wide_mlp,wide_cnn]\n");
       return 2;
     }
   }

@@ -1,6 +1,10 @@
-// CUDA micro-benchmarks: elementwise GB/s (copy, cast, add, broadcast add, exp, strided copy) and
-// host <-> device bandwidth from pageable and pinned memory. Prints a table and one JSON line;
-// without a CUDA device it says so and exits 0.
+// CUDA micro-benchmarks: elementwise and reduction GB/s (copy, cast, add, broadcast add, exp,
+// strided copy, sum over all / the last dim, softmax) as a fraction of a device-to-device
+// cudaMemcpy's bandwidth (the roof an elementwise kernel can reach), and host <-> device
+// bandwidth from pageable and pinned memory. Prints a table and one JSON line; without a CUDA
+// device it says so and exits 0.
+#include <cuda_runtime_api.h>
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -48,19 +52,30 @@ int main() {
   };
   const double f4 = 4.0 * n;
   std::vector<Row> rows = {
+      {"cudaMemcpy d2d (roof)", 2 * f4,
+       [&] {
+         cudaMemcpyAsync(out.data_ptr(), a.data_ptr(), static_cast<size_t>(f4), cudaMemcpyDeviceToDevice,
+                         static_cast<cudaStream_t>(cuda::current_stream(0).raw()));
+       }},
       {"copy f32", 2 * f4, [&] { out.copy_(a); }},
       {"cast f32->f16", f4 + 2.0 * n, [&] { out16.copy_(a); }},
       {"add f32", 3 * f4, [&] { Tensor c = a + b; }},
       {"add f32 broadcast row", 2 * f4, [&] { Tensor c = a2 + row; }},
       {"exp f32", 2 * f4, [&] { Tensor c = a.exp(); }},
       {"transpose copy f32", 2 * f4, [&] { Tensor c = a2.transpose(0, 1).contiguous(); }},
+      {"sum f32 (all)", f4, [&] { Tensor c = a.sum(); }},
+      {"sum f32 (last dim)", f4, [&] { Tensor c = a2.sum({1}); }},
+      {"sum f32 (first dim)", f4, [&] { Tensor c = a2.sum({0}); }},
+      {"softmax f32 (rows 8192)", 2 * f4, [&] { Tensor c = a2.softmax(1); }},
   };
   std::string json = "{\"bench\": \"cuda_bench\"";
-  std::printf("%-26s %10s %10s\n", "op", "ms", "GB/s");
+  std::printf("%-26s %10s %10s %10s\n", "op", "ms", "GB/s", "of roof");
+  double roof = 0;
   for (auto& r : rows) {
-    const double ms = time_ms(r.f);
-    std::printf("%-26s %10.3f %10.1f\n", r.name.c_str(), ms, r.bytes / ms / 1e6);
-    json += fmt::format(", \"{} GB/s\": {:.1f}", r.name, r.bytes / ms / 1e6);
+    const double ms = time_ms(r.f), gbs = r.bytes / ms / 1e6;
+    if (roof == 0) roof = gbs;  // the first row is the memcpy
+    std::printf("%-26s %10.3f %10.1f %9.0f%%\n", r.name.c_str(), ms, gbs, 100 * gbs / roof);
+    json += fmt::format(", \"{} GB/s\": {:.1f}, \"{} of roof\": {:.3f}", r.name, gbs, r.name, gbs / roof);
   }
   Tensor host = randn({n});
   Tensor pinned = cuda::pin_memory(host);

@@ -21,6 +21,13 @@ def wide_mlp():
                          nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
 
 
+def wide_cnn():
+    def block(i, o):
+        return [nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU()]
+    return nn.Sequential(*block(1, 64), *block(64, 128), nn.MaxPool2d(2), *block(128, 256), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(256 * 7 * 7, 10))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -34,8 +41,9 @@ def main():
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
     torch.manual_seed(0)
-    model = (wide_mlp() if a.model == "wide_mlp" else make_model(a.model)).to(dev)
-    batch = 512 if a.model == "wide_mlp" else 128
+    builders = {"wide_mlp": wide_mlp, "wide_cnn": wide_cnn}
+    model = (builders[a.model]() if a.model in builders else make_model(a.model)).to(dev)
+    batch = {"wide_mlp": 512, "wide_cnn": 256}.get(a.model, 128)
     x, y = torch.randn(batch, 1, 28, 28, device=dev), torch.randint(0, 10, (batch,), device=dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     low = a.precision != "f32"

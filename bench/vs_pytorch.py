@@ -17,7 +17,13 @@ VENV = os.environ.get("KILN_TORCH_VENV", os.path.expanduser("~/.cache/kiln/torch
 
 
 def torch_python():
-    """(python, label): the venv's PyTorch 2.x, installed on first use, else Debian's."""
+    """(python, label): $KILN_TORCH_PYTHON when set (a GPU host's own PyTorch), else the venv's
+    PyTorch 2.x, installed on first use, else Debian's."""
+    given = os.environ.get("KILN_TORCH_PYTHON")
+    if given:
+        version = subprocess.run([given, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        return given, f"torch {version} ({given})"
     py = os.path.join(VENV, "bin", "python3")
     check = [py, "-c", "import torch, numpy; print(torch.__version__)"]
     if not os.path.exists(py) or subprocess.run(check, capture_output=True).returncode != 0:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the GPU-host archive (//cuda:gpu_bundle): make_bundle.sh OUT.tar.gz SCRIPT README
-# --tests BIN... --bench BIN... . Copies the binaries and, found with ldd, the shared libraries
+# --tests BIN... --bench BIN... --scripts FILE... . Copies the binaries and, found with ldd, the shared libraries
 # they need except the C library's own (libc, libm, libdl, libpthread, librt, ld-linux: the
 # host's must be used), the CUDA driver and cuBLAS/cuDNN/NCCL (the host's); the CUDA runtime
 # goes to lib/cuda-fallback, used only when the host has none.
@@ -10,14 +10,16 @@ shift 3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 root="$dir/kiln_gpu_bundle"
-mkdir -p "$root/tests" "$root/bench" "$root/lib/cuda-fallback"
+mkdir -p "$root/tests" "$root/bench" "$root/scripts" "$root/lib/cuda-fallback"
 kind=tests
 for f in "$@"; do
   case "$f" in
     --tests) kind=tests; continue ;;
     --bench) kind=bench; continue ;;
+    --scripts) kind=scripts; continue ;;
   esac
   cp "$f" "$root/$kind/"
+  [ "$kind" = scripts ] && continue  # Python: nothing to link
   ldd "$f" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
     base=$(basename "$lib")
     case "$base" in

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Kiln's CUDA tests from //cuda:gpu_bundle on a GPU host that has no Bazel: every binary in
-# tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/. Ends with
+# tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/ and, when
+# the host's python3 has PyTorch with CUDA, the side-by-side comparisons in scripts/. Ends with
 # "N passed, N failed". CUDA libraries come from the host: $CUDA_PATH or /usr/local/cuda, then
 # the Python environment's site-packages/nvidia/*/lib (PyTorch wheels ship cuDNN, NCCL, cuBLAS
 # there), then lib/cuda-fallback/ (the CUDA runtime this bundle was built with).
@@ -55,6 +56,16 @@ if [ "$bench" = 1 ]; then
       *) run "$(basename "$b")" "$b" ;;
     esac
   done
+  # Side by side with the host's PyTorch, when it has one with CUDA.
+  py=${PYTHON:-python3}
+  if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    export KILN_TORCH_PYTHON=$(command -v "$py")
+    run gemm_vs_pytorch "$py" "$here/scripts/gemm_vs_pytorch.py" --gemm-bench "$here/bench/gemm_bench"
+    run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$here/bench/amp_bench" \
+      --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
+  else
+    echo "skipped: gemm_vs_pytorch, amp_vs_pytorch (no PyTorch with CUDA in $py)"
+  fi
 fi
 ((failed)) && echo "failed: ${failed_names[*]}"
 echo "${passed} passed, ${failed} failed"
