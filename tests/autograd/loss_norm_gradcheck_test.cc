@@ -1,0 +1,111 @@
+// Gradients of the fused cross_entropy and layer_norm primitives: f64 gradchecks (ignore_index,
+// label smoothing, layer norm with and without weight/bias, over one and two dims), and the f32
+// and bf16 backward against autograd through the composite formulas they replace.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "core/op_table.h"
+#include "tests/autograd/grad_test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+using test::Inputs;
+using test::leaf;
+
+Tensor targets_with_ignored(int64_t N, int64_t C, int64_t ignore_index) {
+  Tensor t = randint(0, C, {N});
+  return where(rand({N}) < 0.3, full({N}, Scalar(ignore_index), kInt64), t);
+}
+
+Tensor composite_cross_entropy(const Tensor& x, const Tensor& target, int64_t ignore_index, double s) {
+  Tensor logp = x.log_softmax(1);
+  Tensor valid = target != Scalar(ignore_index);
+  Tensor safe = where(valid, target, Scalar(int64_t{0}));
+  Tensor nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);
+  return where(valid, nll * (1.0 - s) + (-logp.mean({1})) * s, 0.0);
+}
+
+Tensor composite_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor c = x - x.mean({-1}, true);
+  Tensor y = c * rsqrt((c * c).mean({-1}, true) + eps);
+  if (w.defined()) y = y * w;
+  if (b.defined()) y = y + b;
+  return y;
+}
+
+Tensor grad_of(const Tensor& leaf_t) { return leaf_t.grad().to(kFloat64); }
+
+/// |a - b| <= tol * (1 + |b|) elementwise.
+bool close(const Tensor& a, const Tensor& b, double tol) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::fabs(x[i] - y[i]) <= tol * (1 + std::fabs(y[i])))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy gradcheck with ignore_index and label smoothing") {
+  manual_seed(21);
+  Tensor x = leaf({6, 5}, -2.0, 2.0);
+  Tensor t = targets_with_ignored(6, 5, -100);
+  for (double s : {0.0, 0.3}) {
+    CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t, -100, s); }, x);
+    CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t, -100, s).sum() * 0.5; }, x);
+  }
+  Tensor t2 = tensor<int64_t>({1, 3, 3, 0, 4, 3});  // ignore_index 3 is also a valid class
+  CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t2, 3, 0.1); }, x);
+  CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0].t(), tensor<int64_t>({0, 5, 2, 1, 4}), -1, 0.0); },
+             x);  // strided logits [5, 6]
+}
+
+TEST_CASE("layer_norm gradcheck with and without weight and bias, over one and two dims") {
+  manual_seed(22);
+  Tensor x = leaf({3, 4, 5}, -2.0, 2.0);
+  Tensor w1 = leaf({5}), b1 = leaf({5}), w2 = leaf({4, 5}), b2 = leaf({4, 5});
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], v[2], 1, 1e-5); }, x, w1, b1);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), Tensor(), 1, 1e-5); }, x);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], Tensor(), 1, 1e-5); }, x, w1);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), v[1], 1, 1e-5); }, x, b1);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], v[2], 2, 1e-5); }, x, w2, b2);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), Tensor(), 2, 1e-5); }, x);
+  // Only the affine parameters require grad; and a strided input.
+  Tensor xc = x.detach();
+  CHECK_GRAD([&](Inputs v) { return op::layer_norm(xc, v[0], v[1], 1, 1e-5); }, w1, b1);
+  CHECK_GRAD([&](Inputs v) { return op::layer_norm(xc, Tensor(), v[0], 1, 1e-5); }, b1);
+  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0].transpose(1, 2), v[1], v[2], 1, 1e-5); }, x,
+             leaf({4}), leaf({4}));
+}
+
+TEST_CASE("cross_entropy and layer_norm backward match the composite formulas in f32 and bf16") {
+  manual_seed(23);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    const double tol = dt == kFloat32 ? 1e-5 : 2e-2;
+    const int64_t N = 29, C = 300;
+    Tensor base = (rand({N, C}) - 0.5) * 6.0;
+    Tensor t = targets_with_ignored(N, C, -100);
+    Tensor gout = rand({N}) + 0.5;
+    Tensor x1 = base.to(dt).detach().set_requires_grad(true);
+    (op::cross_entropy(x1, t, -100, 0.1) * gout.to(dt)).sum().backward();
+    Tensor x2 = base.to(dt).to(kFloat64).detach().set_requires_grad(true);
+    (composite_cross_entropy(x2, t, -100, 0.1) * gout.to(kFloat64)).sum().backward();
+    CHECK(close(grad_of(x1), grad_of(x2), tol));
+
+    Tensor xb = (rand({N, 64}) - 0.2) * 4.0, wb = rand({64}) + 0.5, bb = rand({64}) - 0.5;
+    Tensor gy = rand({N, 64}) - 0.5;
+    Tensor a = xb.to(dt).detach().set_requires_grad(true), aw = wb.to(dt).detach().set_requires_grad(true),
+           ab = bb.to(dt).detach().set_requires_grad(true);
+    (op::layer_norm(a, aw, ab, 1, 1e-5) * gy.to(dt)).sum().backward();
+    Tensor r = xb.to(dt).to(kFloat64).detach().set_requires_grad(true), rw = wb.to(dt).to(kFloat64).detach().set_requires_grad(true),
+           rb = bb.to(dt).to(kFloat64).detach().set_requires_grad(true);
+    (composite_layer_norm(r, rw, rb, 1e-5) * gy.to(dt).to(kFloat64)).sum().backward();
+    CHECK(close(grad_of(a), grad_of(r), tol));
+    CHECK(close(grad_of(aw), grad_of(rw), tol));
+    CHECK(close(grad_of(ab), grad_of(rb), tol));
+  }
+}
