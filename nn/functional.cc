@@ -50,15 +50,7 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   for (int64_t i = 0; i < k; ++i)
     KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[i],
                "layer_norm: input shape {} does not end in normalized_shape {}", x.sizes(), normalized_shape);
-  IntList dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  Tensor mu = x.mean(dims, true);
-  Tensor centered = x - mu;
-  Tensor var = (centered * centered).mean(dims, true);
-  Tensor y = centered * rsqrt(var + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  return op::layer_norm(x, weight, bias, k, eps);
 }
 
 Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, const Tensor& weight0,
@@ -129,14 +121,26 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target, Reduction redu
   KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
              label_smoothing);
   KILN_CHECK(logits.dim() >= 2, "cross_entropy: logits must be [N, C, ...], got shape {}", logits.sizes());
-  Tensor logp = logits.log_softmax(1);
-  if (label_smoothing == 0) return nll_loss(logp, target, reduction, ignore_index);
-  // (1 - eps) * nll + eps * mean over classes of -log p, as torch.nn.functional.cross_entropy.
-  Tensor valid = target != Scalar(ignore_index);
-  Tensor nll = nll_loss(logp, target, Reduction::none, ignore_index);
-  Tensor smooth = where(valid, -logp.mean({1}), 0.0);
-  Tensor loss = nll * (1.0 - label_smoothing) + smooth * label_smoothing;
-  if (reduction == Reduction::mean) return loss.sum() / valid.sum().to(loss.dtype());
+  Shape expected = logits.sizes();
+  expected.erase(expected.begin() + 1);
+  KILN_CHECK(target.sizes() == expected, "cross_entropy: target shape {} does not match logits shape {} (expected {})",
+             target.sizes(), logits.sizes(), expected);
+  // [N, C, d1, ...] becomes [N * d1 * ..., C] rows (class dim last), the target alike.
+  Tensor rows = logits;
+  if (logits.dim() > 2) {
+    IntList order{0};
+    for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+    order.push_back(1);
+    rows = logits.permute(order).reshape({-1, logits.size(1)});
+  }
+  const Tensor flat_target = target.reshape({-1});
+  Tensor loss = op::cross_entropy(rows, flat_target, ignore_index, label_smoothing);
+  if (reduction == Reduction::mean) {
+    // Divided by the number of targets that count, as torch.nn.functional.cross_entropy.
+    const Tensor valid = flat_target != Scalar(ignore_index);
+    return loss.sum() / valid.sum().to(loss.dtype());
+  }
+  if (reduction == Reduction::none) return loss.reshape(target.sizes());
   return reduce(loss, reduction);
 }
 
