@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/matmul_precision.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
 #include "examples/flags.h"
@@ -39,6 +40,9 @@ constexpr const char* kUsage = R"(usage: mnist [flags]
                              autocast, f16 with dynamic loss scaling
   --amp-mode o1|o2           o1: f32 model under autocast (default); o2: the model in
                              f16/bf16 with f32 master weights in the optimizer
+  --matmul-precision highest|high
+                             f32 GEMMs and convolutions on GPUs: highest (default) keeps
+                             full f32; high allows TF32 tensor cores
   --ddp                      data parallel across the ranks started by //distributed:launch
                              (--batch-size is per rank; Gloo on CPU)
 )";
@@ -47,7 +51,7 @@ examples::TrainConfig parse(int argc, char** argv) {
   Flags f(argc, argv,
           {"model", "epochs", "batch-size", "lr", "optimizer", "seed", "threads", "device", "data-dir", "save",
            "resume", "limit-train", "log-every", "workers", "schedule", "stop-after-epochs",
-           "amp", "amp-mode"},
+           "amp", "amp-mode", "matmul-precision"},
           {"ddp"});
   examples::TrainConfig c;
   c.model = f.get_choice("model", "mlp", {"mlp", "cnn"});
@@ -78,6 +82,7 @@ examples::TrainConfig parse(int argc, char** argv) {
   if (c.amp == "none" && c.amp_mode == "o2")
     throw UsageError("--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)");
   c.ddp = f.has("ddp");
+  set_float32_matmul_precision(f.get_choice("matmul-precision", "highest", {"highest", "high"}));
   return c;
 }
 
