@@ -59,31 +59,14 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
   const Tensor x = policy(AutocastOp::batch_norm, x0), weight = policy(AutocastOp::batch_norm, weight0),
                bias = policy(AutocastOp::batch_norm, bias0);
   KILN_CHECK(x.dim() >= 2, "batch_norm: input must be at least 2-D (N, C, ...), got shape {}", x.sizes());
+  // Training: one primitive (batch statistics, running-stat update, affine, fused backward).
+  if (training) return op::batch_norm(x, weight, bias, running_mean, running_var, momentum, eps);
   const int64_t c = x.size(1);
   Shape bshape(x.dim(), 1);
   bshape[1] = c;
-  IntList dims{0};
-  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-  Tensor y;
-  if (training) {
-    const int64_t n = x.numel() / c;
-    KILN_CHECK(n > 1, "batch_norm: expected more than 1 value per channel when training, got input shape {}",
-               x.sizes());
-    Tensor mu = x.mean(dims, true);
-    Tensor centered = x - mu;
-    Tensor var = (centered * centered).mean(dims, true);
-    y = centered * rsqrt(var + eps);
-    if (running_mean.defined()) {
-      NoGradGuard g;
-      running_mean.mul_(1.0 - momentum).add_(mu.reshape({c}).to(running_mean.dtype()) * momentum);
-      running_var.mul_(1.0 - momentum)
-          .add_(var.reshape({c}).to(running_var.dtype()) * (momentum * n / static_cast<double>(n - 1)));
-    }
-  } else {
-    KILN_CHECK(running_mean.defined() && running_var.defined(),
-               "batch_norm: eval mode needs running statistics (track_running_stats)");
-    y = (x - running_mean.reshape(bshape)) * rsqrt(running_var.reshape(bshape) + eps);
-  }
+  KILN_CHECK(running_mean.defined() && running_var.defined(),
+             "batch_norm: eval mode needs running statistics (track_running_stats)");
+  Tensor y = (x - running_mean.reshape(bshape)) * rsqrt(running_var.reshape(bshape) + eps);
   if (weight.defined()) y = y * weight.reshape(bshape);
   if (bias.defined()) y = y + bias.reshape(bshape);
   return y;
