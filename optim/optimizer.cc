@@ -299,9 +299,9 @@ int64_t increment_step(std::map<std::string, Tensor>& state) {
 
 bool fusable(const Tensor& p, const Tensor& grad, std::initializer_list<const Tensor*> buffers) {
   auto ok = [&](const Tensor& t) {
-    return t.device().is_cpu() && t.dtype() == p.dtype() && t.is_contiguous();
+    return t.device() == p.device() && t.dtype() == p.dtype() && t.is_contiguous();
   };
-  if (!(p.dtype() == kFloat32 || p.dtype() == kFloat64) || !ok(p) || !ok(grad)) return false;
+  if (!p.is_floating_point() || !ok(p) || !ok(grad)) return false;
   for (const Tensor* b : buffers)
     if (b->defined() && !ok(*b)) return false;
   return true;

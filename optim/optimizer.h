@@ -29,6 +29,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops.h"
@@ -131,8 +132,15 @@ class Optimizer {
   /// Calls f(param, grad, global_index, group) for every parameter with a defined gradient, in
   /// order, under NoGradGuard. The gradient is checked for shape and device and converted to
   /// the parameter's dtype. With master weights, a low-precision parameter is stood in for by its
-  /// f32 master copy (the gradient converted to f32), which is rounded back into it after f.
-  template <class F> void for_each_param_with_grad(F&& f);
+  /// f32 master copy (the gradient converted to f32), which is rounded back into it after the
+  /// walk.
+  template <class F> void for_each_param_with_grad(F&& f) {
+    for_each_param_with_grad(std::forward<F>(f), [] {});
+  }
+  /// As above, but f may gather parameters (and the gradients it is given) and leave their
+  /// update to `flush`, which runs once after the walk, under NoGradGuard, before master copies
+  /// are rounded back: one fused kernel call per batch of parameters.
+  template <class F, class Flush> void for_each_param_with_grad(F&& f, Flush&& flush);
 
  private:
   /// Fills defaults in and checks for unknown options and parameters already present.
@@ -156,8 +164,9 @@ class Optimizer {
 /// value.
 int64_t increment_step(std::map<std::string, Tensor>& state);
 
-/// True when p, its gradient and every buffer can be updated by a fused loop over raw pointers
-/// (CPU, contiguous, f32 or f64, all of one dtype).
+/// True when p, its gradient and every defined buffer can be handed to a fused step kernel
+/// (kernels::sgd_step, kernels::adam_step): all contiguous, of p's dtype and on p's device.
+/// Whether p's device has that kernel is the caller's question.
 bool fusable(const Tensor& p, const Tensor& grad, std::initializer_list<const Tensor*> buffers);
 
 }  // namespace kiln::optim
@@ -166,8 +175,9 @@ bool fusable(const Tensor& p, const Tensor& grad, std::initializer_list<const Te
 
 namespace kiln::optim {
 
-template <class F> void Optimizer::for_each_param_with_grad(F&& f) {
+template <class F, class Flush> void Optimizer::for_each_param_with_grad(F&& f, Flush&& flush) {
   NoGradGuard no_grad;
+  std::vector<std::pair<Tensor*, const Tensor*>> to_round;  // (parameter, its master copy)
   int64_t index = 0;
   for (ParamGroup& group : groups_) {
     for (Tensor& p : group.params) {
@@ -177,7 +187,7 @@ template <class F> void Optimizer::for_each_param_with_grad(F&& f) {
         if (Tensor* m = master_for(p, index)) {
           if (g.dtype() != m->dtype()) g = g.to(m->dtype());
           f(*m, g, index, group);
-          p.copy_(*m);  // rounds to the parameter's precision
+          to_round.emplace_back(&p, m);
         } else {
           if (g.dtype() != p.dtype()) g = g.to(p.dtype());
           f(p, g, index, group);
@@ -186,6 +196,8 @@ template <class F> void Optimizer::for_each_param_with_grad(F&& f) {
       ++index;
     }
   }
+  flush();
+  for (auto& [p, m] : to_round) p->copy_(*m);  // rounds to the parameter's precision
 }
 
 }  // namespace kiln::optim

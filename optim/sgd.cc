@@ -1,40 +1,13 @@
-// SGD's update: one fused pass per contiguous f32/f64 CPU parameter, tensor ops otherwise.
-// Both paths follow torch.optim.SGD's single-tensor implementation operation for operation.
+// SGD's update: contiguous parameters are batched by (group, device, dtype, first step) into one
+// fused kernels::sgd_step call each; the rest take tensor ops. Both paths follow
+// torch.optim.SGD's single-tensor implementation operation for operation.
 #include "optim/sgd.h"
 
-#include "core/parallel.h"
+#include <algorithm>
+
+#include "core/kernels.h"
 
 namespace kiln::optim {
-
-namespace {
-
-struct SGDStep {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, maximize;
-};
-
-// p -= lr * d, with d the (weight-decayed, momentum-filtered) gradient. `first` seeds the
-// momentum buffer with the gradient, as PyTorch does on a parameter's first step.
-template <class T>
-void sgd_fused(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SGDStep& s, bool first) {
-  const T lr = static_cast<T>(s.lr), mom = static_cast<T>(s.momentum), wd = static_cast<T>(s.weight_decay);
-  const T one_minus_damp = static_cast<T>(1 - s.dampening);
-  const bool use_wd = s.weight_decay != 0, use_mom = s.momentum != 0, nesterov = s.nesterov, maximize = s.maximize;
-  parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T d = maximize ? -g[i] : g[i];
-      if (use_wd) d = d + wd * p[i];
-      if (use_mom) {
-        T b = first ? d : mom * buf[i] + one_minus_damp * d;
-        buf[i] = b;
-        d = nesterov ? d + mom * b : b;
-      }
-      p[i] = p[i] - lr * d;
-    }
-  });
-}
-
-}  // namespace
 
 Options SGDOptions::to_map() const {
   return {{"lr", lr},
@@ -71,39 +44,61 @@ void SGD::check_param_state(int64_t index, const std::map<std::string, Tensor>& 
 }
 
 void SGD::step() {
-  for_each_param_with_grad([&](Tensor& p, const Tensor& grad, int64_t index, const ParamGroup& group) {
-    const SGDStep s{group.get("lr"),           group.get("momentum"),       group.get("dampening"),
-                    group.get("weight_decay"), group.get("nesterov") != 0, group.get("maximize") != 0};
-    std::map<std::string, Tensor>& state = mutable_state(index);
-    Tensor buf;
-    bool first = false;
-    if (s.momentum != 0) {
-      auto it = state.find("momentum_buffer");
-      first = it == state.end();
-      if (first) buf = state["momentum_buffer"] = make_tensor(p.sizes(), p.dtype(), p.device());
-      else buf = it->second;
-    }
+  // Parameters one fused call can update together: they share options, device, dtype and
+  // whether this is their first step (which seeds the momentum buffer).
+  struct Batch {
+    const ParamGroup* group;
+    Device device;
+    DType dtype;
+    bool first;
+    SGDStepParams s;
+    std::vector<Tensor> params, grads, bufs;
+  };
+  std::vector<Batch> batches;
 
-    if (fusable(p, grad, {&buf})) {
-      dispatch_floating(p.dtype(), "SGD.step", [&]<class T>() {
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-          sgd_fused<T>(p.data_ptr<T>(), grad.data_ptr<T>(), buf.defined() ? buf.data_ptr<T>() : nullptr, p.numel(), s,
-                       first);
+  for_each_param_with_grad(
+      [&](Tensor& p, const Tensor& grad, int64_t index, const ParamGroup& group) {
+        SGDStepParams s;
+        s.lr = group.get("lr");
+        s.momentum = group.get("momentum");
+        s.dampening = group.get("dampening");
+        s.weight_decay = group.get("weight_decay");
+        s.nesterov = group.get("nesterov") != 0;
+        s.maximize = group.get("maximize") != 0;
+        std::map<std::string, Tensor>& state = mutable_state(index);
+        Tensor buf;
+        bool first = false;
+        if (s.momentum != 0) {
+          auto it = state.find("momentum_buffer");
+          first = it == state.end();
+          if (first) buf = state["momentum_buffer"] = make_tensor(p.sizes(), p.dtype(), p.device());
+          else buf = it->second;
+        }
+
+        if (kernels::sgd_step.has(p.device().type) && fusable(p, grad, {&buf})) {
+          auto same = [&](const Batch& b) {
+            return b.group == &group && b.device == p.device() && b.dtype == p.dtype() && b.first == first;
+          };
+          auto it = std::find_if(batches.begin(), batches.end(), same);
+          if (it == batches.end()) it = batches.insert(batches.end(), Batch{&group, p.device(), p.dtype(), first, s});
+          it->params.push_back(p);
+          it->grads.push_back(grad);
+          if (buf.defined()) it->bufs.push_back(buf);
+          return;
+        }
+
+        Tensor d = s.maximize ? -grad : grad;
+        if (s.weight_decay != 0) d = add(d, p, s.weight_decay);
+        if (s.momentum != 0) {
+          if (first) buf.copy_(d);
+          else buf.mul_(s.momentum).add_(d, 1 - s.dampening);
+          d = s.nesterov ? add(d, buf, s.momentum) : buf;
+        }
+        p.add_(d, -s.lr);
+      },
+      [&] {
+        for (Batch& b : batches) kernels::sgd_step[b.device](b.params, b.grads, b.bufs, b.s, b.first);
       });
-      p.storage()->bump_version();
-      if (buf.defined()) buf.storage()->bump_version();
-      return;
-    }
-
-    Tensor d = s.maximize ? -grad : grad;
-    if (s.weight_decay != 0) d = add(d, p, s.weight_decay);
-    if (s.momentum != 0) {
-      if (first) buf.copy_(d);
-      else buf.mul_(s.momentum).add_(d, 1 - s.dampening);
-      d = s.nesterov ? add(d, buf, s.momentum) : buf;
-    }
-    p.add_(d, -s.lr);
-  });
 }
 
 }  // namespace kiln::optim

@@ -97,7 +97,7 @@ TEST_CASE("Adam on f32 parameters agrees with the f64 reference to f32 precision
   }
 }
 
-TEST_CASE("Adam's tensor-op fallback (non-contiguous and f16 parameters) follows the same rule") {
+TEST_CASE("Adam's tensor-op fallback (non-contiguous parameters) and f16 parameters follow the same rule") {
   for (const Config& c : configs()) {
     CAPTURE(c.name);
     Tensor p = tensor<double>(kP0, {2, 3}).t().contiguous().t();

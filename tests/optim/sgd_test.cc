@@ -72,7 +72,7 @@ TEST_CASE("SGD on f32 parameters agrees with the f64 reference to f32 precision"
   }
 }
 
-TEST_CASE("SGD's tensor-op fallback (non-contiguous and f16 parameters) follows the same rule") {
+TEST_CASE("SGD's tensor-op fallback (non-contiguous parameters) and f16 parameters follow the same rule") {
   for (auto& [name, o] : configs()) {
     CAPTURE(name);
     // A transposed view is not contiguous, so the fused loop does not apply.
