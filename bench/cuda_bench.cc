@@ -1,15 +1,17 @@
 // CUDA micro-benchmarks: elementwise and reduction GB/s (copy, cast, add, broadcast add, exp,
-// strided copy, sum over all / the last dim, softmax) as a fraction of a device-to-device
-// cudaMemcpy's bandwidth (the roof an elementwise kernel can reach), and host <-> device
-// bandwidth from pageable and pinned memory. Prints a table and one JSON line; without a CUDA
-// device it says so and exits 0.
+// strided copy, sum over all / the last dim, softmax, one fused AdamW step over 20M parameters in
+// 50 tensors) as a fraction of a device-to-device cudaMemcpy's bandwidth (the roof an elementwise
+// kernel can reach), and host <-> device bandwidth from pageable and pinned memory. Prints a
+// table and one JSON line; without a CUDA device it says so and exits 0.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/kernels.h"
 #include "core/ops.h"
 #include "cuda/allocator.h"
 #include "cuda/device.h"
@@ -45,6 +47,25 @@ int main() {
   Tensor a2 = a.view({n / 8192, 8192});
   Tensor out = empty({n}, dtype(kFloat32).device(gpu));
   Tensor out16 = empty({n}, dtype(kFloat16).device(gpu));
+  // One fused AdamW step (kernels::adam_step, multi-tensor) over 50 f32 tensors of 400K elements:
+  // reads p, g, m, v and writes p, m, v.
+  const int64_t adam_tensors = 50, adam_each = 400000;
+  std::vector<Tensor> ps, gs, ms, vs, no_vmax;
+  for (int64_t i = 0; i < adam_tensors; ++i) {
+    ps.push_back(randn({adam_each}).to(gpu));
+    gs.push_back(randn({adam_each}).to(gpu));
+    ms.push_back(zeros({adam_each}, dtype(kFloat32).device(gpu)));
+    vs.push_back(zeros({adam_each}, dtype(kFloat32).device(gpu)));
+  }
+  AdamStepParams adamw;
+  adamw.lr = 1e-3;
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.999;
+  adamw.eps = 1e-8;
+  adamw.weight_decay = 1e-2;
+  adamw.decoupled = true;
+  adamw.step_size = adamw.lr / (1 - adamw.beta1);
+  adamw.bias_corr2_sqrt = std::sqrt(1 - adamw.beta2);
   struct Row {
     std::string name;
     double bytes;
@@ -67,6 +88,8 @@ int main() {
       {"sum f32 (last dim)", f4, [&] { Tensor c = a2.sum({1}); }},
       {"sum f32 (first dim)", f4, [&] { Tensor c = a2.sum({0}); }},
       {"softmax f32 (rows 8192)", 2 * f4, [&] { Tensor c = a2.softmax(1); }},
+      {"adamw step f32 (20M, 50 t)", 7.0 * 4 * adam_tensors * adam_each,
+       [&] { kernels::adam_step[gpu](ps, gs, ms, vs, no_vmax, adamw); }},
   };
   std::string json = "{\"bench\": \"cuda_bench\"";
   std::printf("%-26s %10s %10s %10s\n", "op", "ms", "GB/s", "of roof");
