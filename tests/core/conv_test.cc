@@ -48,6 +48,11 @@ const std::vector<ConvCase> kCases = {
     {2, 3, 10, 9, 5, 2, 4, params(3, 2, 2, 1, 2, 1, 1), true},            // asymmetric everything
     {6, 3, 12, 11, 8, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true},           // several batch chunks
     {5, 32, 14, 14, 16, 3, 3, params(2, 1, 1, 0, 1, 1, 2), true},         // larger, uneven chunks
+    // Stride 1 with OW == W: a tall kernel without height padding, height padding beyond the
+    // kernel, and horizontal offsets as wide as the map.
+    {2, 3, 7, 6, 4, 5, 3, params(1, 1, 0, 1, 1, 1, 1), true},
+    {2, 2, 5, 6, 3, 1, 5, params(1, 1, 2, 2, 1, 1, 1), false},
+    {2, 2, 4, 2, 3, 3, 5, params(1, 1, 1, 2, 1, 1, 1), true},
 };
 
 std::string describe(const ConvCase& c) {
