@@ -54,10 +54,12 @@ template <class T>
 void backward_typed(T* gx, T* gw, T* gb, const T* g, const T* x, const T* mean, const T* rstd, const T* w, int64_t M,
                     int64_t N) {
   const bool need_wb = gw != nullptr || gb != nullptr;
-  const int64_t chunks = need_wb ? std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), M)) : 1;
+  // One chunk of rows per thread; with weight/bias gradients each chunk also owns a partial sum.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), M));
   const int64_t per = (M + chunks - 1) / chunks;
   std::vector<T> partial(need_wb ? static_cast<size_t>(chunks * 2 * N) : 0, T(0));
-  parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(per * N, 1));
+  parallel_for(0, chunks, grain, [&](int64_t cb, int64_t ce) {
     Arr<T> xhat(N), dxhat(N);
     for (int64_t c = cb; c < ce; ++c) {
       const int64_t r0 = c * per, r1 = std::min(M, r0 + per);
