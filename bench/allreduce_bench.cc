@@ -14,12 +14,13 @@
 
 #include <fmt/format.h>
 
+#include "bench/cuda_probe.h"
+#include "bench/timing.h"
 #include "core/ops.h"
 #include "distributed/init.h"
 #include "distributed/local_ranks.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/device.h"
-#include "bench/timing.h"
 #endif
 
 using namespace kiln;
@@ -96,6 +97,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: allreduce_bench [--nproc N] [--max-bytes B] [--backend gloo|nccl]\n");
       return 2;
     }
+  }
+  if (backend == "nccl" && !dist::launched_with_world() && !bench::cuda_device_present()) {
+    std::printf("skipped: no CUDA device\n{\"bench\": \"allreduce\", \"skipped\": \"no CUDA device\"}\n");
+    return 0;
   }
   if (dist::launched_with_world()) {  // under //distributed:launch
     run(max_bytes, backend);

@@ -22,6 +22,8 @@
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
+#include "bench/cuda_probe.h"
+#include "bench/timing.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/local_ranks.h"
@@ -30,7 +32,6 @@
 #ifdef KILN_HAVE_CUDA
 #include "cuda/allocator.h"
 #include "cuda/device.h"
-#include "bench/timing.h"
 #endif
 
 using namespace kiln;
@@ -145,6 +146,10 @@ int main(int argc, char** argv) {
     }
   }
   const Device dev(device);
+  if (dev.is_cuda() && !bench::cuda_device_present()) {
+    std::printf("skipped: no CUDA device\n{\"benchmark\": \"amp\", \"skipped\": \"no CUDA device\"}\n");
+    return 0;
+  }
   std::string json;
   fmt::print("Mixed precision step time on {} (median of {} blocks of {} steps; peak = {})\n", device, blocks, steps,
              dev.is_cuda() ? "peak allocated device memory" : "peak resident set of the process");
