@@ -47,8 +47,40 @@ inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t n_out, int
   if (hi < lo) hi = lo;
 }
 
+/// im2col for stride 1, dilation 1 and OW == W (a "same"-padded 3x3, say): every column row is
+/// the image shifted by (ki - ph, kj - pw), so its rows inside the image are one block copy; the
+/// entries that wrapped around a row edge are zeroed after. Per-row memcpy calls of 14 or 28
+/// floats cost more than the copying itself.
+template <class T> void im2col_shifted(const Geometry& g, const T* x, T* col) {
+  const int64_t HW = g.H * g.W;
+  for (int64_t c = 0; c < g.C; ++c) {
+    const T* xc = x + c * HW;
+    for (int64_t ki = 0; ki < g.KH; ++ki) {
+      const int64_t off_h = ki - g.ph;
+      const int64_t oh_lo = std::clamp<int64_t>(-off_h, 0, g.OH), oh_hi = std::clamp<int64_t>(g.H - off_h, oh_lo, g.OH);
+      for (int64_t kj = 0; kj < g.KW; ++kj) {
+        T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
+        const int64_t off_w = kj - g.pw;
+        std::fill(row, row + oh_lo * g.OW, T(0));
+        std::fill(row + oh_hi * g.OW, row + g.L, T(0));
+        // row[oh * W + ow] = xc[(oh + off_h) * W + ow + off_w] for oh in [oh_lo, oh_hi), read as
+        // one flat range clipped to the plane (what falls outside is an edge entry, zeroed below).
+        const int64_t shift = off_h * g.W + off_w;
+        const int64_t begin = std::max(oh_lo * g.W, -shift), end = std::min(oh_hi * g.W, HW - shift);
+        if (end > begin) std::memcpy(row + begin, xc + begin + shift, (end - begin) * sizeof(T));
+        if (off_w == 0) continue;
+        // The columns whose input column ow + off_w is outside [0, W).
+        const int64_t e_lo = off_w < 0 ? 0 : std::max<int64_t>(g.OW - off_w, 0);
+        const int64_t e_hi = off_w < 0 ? std::min(-off_w, g.OW) : g.OW;
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) std::fill(row + oh * g.OW + e_lo, row + oh * g.OW + e_hi, T(0));
+      }
+    }
+  }
+}
+
 /// col[C * KH * KW, OH * OW] from one image x[C, H, W].
 template <class T> void im2col(const Geometry& g, const T* x, T* col) {
+  if (g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.OW == g.W) return im2col_shifted(g, x, col);
   for (int64_t c = 0; c < g.C; ++c) {
     const T* xc = x + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.KH; ++ki) {
@@ -78,8 +110,38 @@ template <class T> void im2col(const Geometry& g, const T* x, T* col) {
   }
 }
 
+/// col2im for the geometry of im2col_shifted: each row adds into the image as one flat block,
+/// after its edge entries (those read from outside the image, which would otherwise land on the
+/// neighbouring row) are zeroed in `col`, which is scratch.
+template <class T> void col2im_shifted(const Geometry& g, T* col, T* x) {
+  const int64_t HW = g.H * g.W;
+  std::fill(x, x + g.C * HW, T(0));
+  for (int64_t c = 0; c < g.C; ++c) {
+    T* xc = x + c * HW;
+    for (int64_t ki = 0; ki < g.KH; ++ki) {
+      const int64_t off_h = ki - g.ph;
+      const int64_t oh_lo = std::clamp<int64_t>(-off_h, 0, g.OH), oh_hi = std::clamp<int64_t>(g.H - off_h, oh_lo, g.OH);
+      for (int64_t kj = 0; kj < g.KW; ++kj) {
+        T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
+        const int64_t off_w = kj - g.pw;
+        if (off_w != 0) {
+          const int64_t e_lo = off_w < 0 ? 0 : std::max<int64_t>(g.OW - off_w, 0);
+          const int64_t e_hi = off_w < 0 ? std::min(-off_w, g.OW) : g.OW;
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) std::fill(row + oh * g.OW + e_lo, row + oh * g.OW + e_hi, T(0));
+        }
+        const int64_t shift = off_h * g.W + off_w;
+        const int64_t begin = std::max(oh_lo * g.W, -shift), end = std::min(oh_hi * g.W, HW - shift);
+        T* dst = xc + shift;
+        for (int64_t i = begin; i < end; ++i) dst[i] += row[i];
+      }
+    }
+  }
+}
+
 /// x[C, H, W] = the sum of col's entries over the positions each was read from (x zeroed here).
-template <class T> void col2im(const Geometry& g, const T* col, T* x) {
+/// `col` is scratch: the shifted path zeroes some of its entries.
+template <class T> void col2im(const Geometry& g, T* col, T* x) {
+  if (g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.OW == g.W) return col2im_shifted(g, col, x);
   std::fill(x, x + g.C * g.H * g.W, T(0));
   for (int64_t c = 0; c < g.C; ++c) {
     T* xc = x + c * g.H * g.W;
