@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/ops/batch_norm.h"
 #include "cuda/cudnn_handle.h"
@@ -44,10 +45,12 @@ struct Descs {
   Descs(const Tensor& t, const char* op) {
     int64_t s = 1;
     for (int64_t d = 2; d < t.dim(); ++d) s *= t.size(d);
-    KILN_CHECK(t.size(0) <= kMaxBatch, "{} (cuda): cuDNN's spatial batch norm supports a batch of at most {}, got input shape {}",
-               op, kMaxBatch, t.sizes());
-    KILN_CHECK(t.numel() < INT_MAX, "{} (cuda): input shape {} has {} elements; cuDNN's batch norm indexes with 32 bits",
-               op, t.sizes(), t.numel());
+    KILN_CHECK(t.size(0) <= kMaxBatch,
+               "{} (cuda): cuDNN's spatial batch norm supports a batch of at most {}, got input shape {}", op,
+               kMaxBatch, t.sizes());
+    KILN_CHECK(t.numel() < INT_MAX,
+               "{} (cuda): input shape {} has {} elements; cuDNN's batch norm indexes with 32 bits", op, t.sizes(),
+               t.numel());
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bn));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, data_type(t.dtype(), op),
@@ -63,33 +66,16 @@ struct Descs {
   Descs& operator=(const Descs&) = delete;
 };
 
-/// Blend factors as cuDNN wants them: double for f64 data, float otherwise.
-struct Scale {
-  double d;
-  float f;
-  explicit Scale(double v) : d(v), f(static_cast<float>(v)) {}
-  const void* for_type(DType t) const { return t == kFloat64 ? static_cast<const void*>(&d) : &f; }
-};
-const Scale kOne(1), kZero(0);
-
-/// `t` itself when already contiguous with dtype `dt`, else a contiguous copy converted to it.
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.is_contiguous() && t.dtype() == dt) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
-
 /// A [C] parameter in cuDNN's dtype: `p` (converted if needed), or `fill` everywhere when undefined.
 Tensor param_or(const Tensor& p, DType dt, double fill, int64_t c, Device device) {
-  if (p.defined()) return contiguous_as(p, dt);
+  if (p.defined()) return dense_as(p, dt);
   Tensor t = make_tensor({c}, dt, device);
   kernels::fill[device](t, fill);
   return t;
 }
 
 /// Where cuDNN writes a result meant for `dst`: `dst` itself when it has the right dtype and
-/// layout, else a scratch tensor that `finish` copies back.
+/// layout, else a scratch tensor that `write_back` copies back.
 /// A default-constructed Output is "no result" (a null pointer to cuDNN).
 struct Output {
   Tensor dst, buf;
@@ -97,7 +83,7 @@ struct Output {
   Output(const Tensor& d, DType dt, const Shape& shape, Device device)
       : dst(d), buf(d.defined() && d.is_contiguous() && d.dtype() == dt ? d : make_tensor(shape, dt, device)) {}
   void* ptr() const { return buf.defined() ? buf.data_ptr() : nullptr; }
-  void finish() {
+  void write_back() {
     if (dst.defined() && !buf.is_same(dst)) kernels::copy[dst.device()](dst, buf);
   }
 };
@@ -112,7 +98,7 @@ void batch_norm_kernel(Tensor& out, Tensor& save_mean, Tensor& save_invstd, cons
   DeviceGuard guard(x0.device());
   const Device dev = x0.device();
   const DType t = x0.dtype(), pd = batch_norm_stats_dtype(t);
-  const Tensor x = contiguous_as(x0, t);
+  const Tensor x = dense_as(x0, t);
   const int64_t c = x.size(1);
   Descs desc(x, "batch_norm");
   const Tensor scale = param_or(weight, pd, 1.0, c, dev), shift = param_or(bias, pd, 0.0, c, dev);
@@ -127,9 +113,10 @@ void batch_norm_kernel(Tensor& out, Tensor& save_mean, Tensor& save_invstd, cons
   if (track && !rm.buf.is_same(running_mean)) kernels::copy[dev](rm.buf, running_mean);
   if (track && !rv.buf.is_same(running_var)) kernels::copy[dev](rv.buf, running_var);
   KILN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-      cudnn_handle_for(x), CUDNN_BATCHNORM_SPATIAL, kOne.for_type(t), kZero.for_type(t), desc.x, x.data_ptr(), desc.x,
-      y.ptr(), desc.bn, scale.data_ptr(), shift.data_ptr(), momentum, rm.ptr(), rv.ptr(), eps, sm.ptr(), si.ptr()));
-  for (Output* o : {&y, &sm, &si, &rm, &rv}) o->finish();
+      cudnn_handle_for(x), CUDNN_BATCHNORM_SPATIAL, kCudnnOne.for_type(t), kCudnnZero.for_type(t), desc.x, x.data_ptr(),
+      desc.x, y.ptr(), desc.bn, scale.data_ptr(), shift.data_ptr(), momentum, rm.ptr(), rv.ptr(), eps, sm.ptr(),
+      si.ptr()));
+  for (Output* o : {&y, &sm, &si, &rm, &rv}) o->write_back();
 }
 
 void batch_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias, const Tensor& grad_out,
@@ -140,26 +127,26 @@ void batch_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& gra
       if (g->defined()) kernels::fill[g->device()](*g, 0);
     return;
   }
-  KILN_CHECK(grad_out.sizes() == x0.sizes(), "batch_norm_backward (cuda): grad_out shape {} differs from input shape {}",
-             grad_out.sizes(), x0.sizes());
+  KILN_CHECK(grad_out.sizes() == x0.sizes(),
+             "batch_norm_backward (cuda): grad_out shape {} differs from input shape {}", grad_out.sizes(), x0.sizes());
   DeviceGuard guard(x0.device());
   const Device dev = x0.device();
   const DType t = x0.dtype(), pd = batch_norm_stats_dtype(t);
-  const Tensor x = contiguous_as(x0, t), gy = contiguous_as(grad_out, t);
+  const Tensor x = dense_as(x0, t), gy = dense_as(grad_out, t);
   const int64_t c = x.size(1);
   Descs desc(x, "batch_norm_backward");
   const Tensor scale = param_or(weight, pd, 1.0, c, dev);
-  const Tensor mean = contiguous_as(save_mean, pd), invstd = contiguous_as(save_invstd, pd);
+  const Tensor mean = dense_as(save_mean, pd), invstd = dense_as(save_invstd, pd);
   // cuDNN always writes all three gradients; the ones nobody asked for land in scratch.
   Output gx(grad_x, t, x.sizes(), dev), gw(grad_weight, pd, {c}, dev), gb(grad_bias, pd, {c}, dev);
   // The saved statistics are passed, so cuDNN does not recompute invstd and never reads epsilon
   // for it; the kernel contract carries none, so a small valid value is passed.
   const double eps = std::max(CUDNN_BN_MIN_EPSILON, 1e-5);
   KILN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-      cudnn_handle_for(x), CUDNN_BATCHNORM_SPATIAL, kOne.for_type(t), kZero.for_type(t), kOne.for_type(t),
-      kZero.for_type(t), desc.x, x.data_ptr(), desc.x, gy.data_ptr(), desc.x, gx.ptr(), desc.bn, scale.data_ptr(),
-      gw.ptr(), gb.ptr(), eps, mean.data_ptr(), invstd.data_ptr()));
-  for (Output* o : {&gx, &gw, &gb}) o->finish();
+      cudnn_handle_for(x), CUDNN_BATCHNORM_SPATIAL, kCudnnOne.for_type(t), kCudnnZero.for_type(t),
+      kCudnnOne.for_type(t), kCudnnZero.for_type(t), desc.x, x.data_ptr(), desc.x, gy.data_ptr(), desc.x, gx.ptr(),
+      desc.bn, scale.data_ptr(), gw.ptr(), gb.ptr(), eps, mean.data_ptr(), invstd.data_ptr()));
+  for (Output* o : {&gx, &gw, &gb}) o->write_back();
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // conv2d and its backward on CUDA through cuDNN (legacy convolution API): NCHW, groups,
 // stride/padding/dilation; f32/f64 without TF32 (FMA math, as the CPU reference) unless
-// set_float32_matmul_precision("high") allows TF32 for f32, f16/bf16 with tensor cores and f32 accumulation. Algorithms come from cuDNN's heuristics (the first one
-// that runs), workspaces from the caching allocator. One handle per thread and device.
+// set_float32_matmul_precision("high") allows TF32 for f32, f16/bf16 with tensor cores and f32
+// accumulation. Algorithms come from cuDNN's heuristics (the first one that runs), workspaces
+// from the caching allocator. One handle per thread and device.
 #include <cudnn.h>
 
 #include <vector>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/matmul_precision.h"
 #include "cuda/cudnn_handle.h"
@@ -72,15 +74,6 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-/// Scaling factors as cuDNN wants them: double for f64 data, float otherwise.
-struct Scale {
-  double d;
-  float f;
-  explicit Scale(double v) : d(v), f(static_cast<float>(v)) {}
-  const void* for_type(DType t) const { return t == kFloat64 ? static_cast<const void*>(&d) : &f; }
-};
-const Scale kOne(1), kZero(0);
-
 /// Device memory for a cuDNN workspace (empty tensor for 0 bytes).
 Tensor workspace(size_t bytes, Device device) {
   if (bytes == 0) return Tensor();
@@ -98,13 +91,6 @@ template <class Perf> const Perf& pick(const std::vector<Perf>& perf, int n, con
 void check_operands(const Tensor& x, const Tensor& w, const char* op) {
   KILN_CHECK(x.dim() == 4 && w.dim() == 4, "{}: expected 4-D x and w, got {} and {}", op, x.sizes(), w.sizes());
   KILN_CHECK(x.dtype() == w.dtype(), "{}: dtypes {} and {} differ", op, x.dtype(), w.dtype());
-}
-
-Tensor dense(const Tensor& t) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  Tensor c = make_tensor(t.sizes(), t.dtype(), t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
 }
 
 void conv2d_kernel(Tensor& out, const Tensor& x0, const Tensor& w0, const Tensor& bias0, const Conv2dParams& p) {
@@ -125,11 +111,13 @@ void conv2d_kernel(Tensor& out, const Tensor& x0, const Tensor& w0, const Tensor
                                                           perf.data()));
   const auto& algo = pick(perf, n, "forward");
   Tensor ws = workspace(algo.memory, out.device());
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, kOne.for_type(t), xd.d, x.data_ptr(), wd.d, w.data_ptr(), cd.d, algo.algo,
-                                           ptr(ws), algo.memory, kZero.for_type(t), yd.d, y.data_ptr()));
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, kCudnnOne.for_type(t), xd.d, x.data_ptr(), wd.d, w.data_ptr(), cd.d,
+                                           algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), yd.d,
+                                           y.data_ptr()));
   if (bias.defined()) {
     TensorDesc bd(t, 1, bias.numel(), 1, 1);
-    KILN_CUDNN_CHECK(cudnnAddTensor(h, kOne.for_type(t), bd.d, bias.data_ptr(), kOne.for_type(t), yd.d, y.data_ptr()));
+    KILN_CUDNN_CHECK(
+        cudnnAddTensor(h, kCudnnOne.for_type(t), bd.d, bias.data_ptr(), kCudnnOne.for_type(t), yd.d, y.data_ptr()));
   }
   if (!direct) kernels::copy[out.device()](out, y);
 }
@@ -150,37 +138,37 @@ void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, c
   FilterDesc wd(w);
   ConvDesc cd(p, t);
   if (grad_x.defined()) {
-    Tensor gx = grad_x.is_contiguous() ? grad_x : make_tensor(grad_x.sizes(), grad_x.dtype(), grad_x.device());
+    Tensor gx = writable(grad_x);
     int n = 0;
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d, static_cast<int>(perf.size()),
-                                                                 &n, perf.data()));
+    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d,
+                                                                 static_cast<int>(perf.size()), &n, perf.data()));
     const auto& algo = pick(perf, n, "backward-data");
     Tensor ws = workspace(algo.memory, gy.device());
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, kOne.for_type(t), wd.d, w.data_ptr(), yd.d, gy.data_ptr(), cd.d,
-                                                  algo.algo, ptr(ws), algo.memory, kZero.for_type(t), xd.d,
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, kCudnnOne.for_type(t), wd.d, w.data_ptr(), yd.d, gy.data_ptr(),
+                                                  cd.d, algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), xd.d,
                                                   gx.data_ptr()));
-    if (!gx.is_same(grad_x)) kernels::copy[grad_x.device()](grad_x, gx);
+    write_back(grad_x, gx);
   }
   if (grad_w.defined()) {
-    Tensor gw = grad_w.is_contiguous() ? grad_w : make_tensor(grad_w.sizes(), grad_w.dtype(), grad_w.device());
+    Tensor gw = writable(grad_w);
     int n = 0;
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
                                                                    static_cast<int>(perf.size()), &n, perf.data()));
     const auto& algo = pick(perf, n, "backward-filter");
     Tensor ws = workspace(algo.memory, gy.device());
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kOne.for_type(t), xd.d, x.data_ptr(), yd.d, gy.data_ptr(), cd.d,
-                                                    algo.algo, ptr(ws), algo.memory, kZero.for_type(t), wd.d,
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kCudnnOne.for_type(t), xd.d, x.data_ptr(), yd.d, gy.data_ptr(),
+                                                    cd.d, algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), wd.d,
                                                     gw.data_ptr()));
-    if (!gw.is_same(grad_w)) kernels::copy[grad_w.device()](grad_w, gw);
+    write_back(grad_w, gw);
   }
   if (grad_bias.defined()) {
-    Tensor gb = grad_bias.is_contiguous() ? grad_bias : make_tensor(grad_bias.sizes(), grad_bias.dtype(), grad_bias.device());
+    Tensor gb = writable(grad_bias);
     TensorDesc bd(t, 1, gb.numel(), 1, 1);
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, kOne.for_type(t), yd.d, gy.data_ptr(), kZero.for_type(t), bd.d,
-                                                  gb.data_ptr()));
-    if (!gb.is_same(grad_bias)) kernels::copy[grad_bias.device()](grad_bias, gb);
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, kCudnnOne.for_type(t), yd.d, gy.data_ptr(), kCudnnZero.for_type(t),
+                                                  bd.d, gb.data_ptr()));
+    write_back(grad_bias, gb);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
@@ -20,19 +21,6 @@ namespace {
 
 kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
 CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
-
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = make_tensor(t.sizes(), t.dtype(), t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
-Tensor writable(const Tensor& out) {
-  return out.is_contiguous() ? out : make_tensor(out.sizes(), out.dtype(), out.device());
-}
-void finish(Tensor& out, const Tensor& written) {
-  if (!written.is_same(out)) kernels::copy[out.device()](out, written);
-}
 
 /// The process's error record: pinned, mapped and portable, so every device's kernels write the
 /// same host memory (unified addressing: the host pointer is the device pointer).
@@ -79,8 +67,8 @@ void cross_entropy_kernel(Tensor& loss, Tensor& lse, const Tensor& logits, const
   kern::launch_cross_entropy(scalar_type(x.dtype()), x.data_ptr(), t.data_ptr<int64_t>(), lo.data_ptr(),
                              ls.data_ptr(), N, C, ignore_index, label_smoothing, err, stream_of(x));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(loss, lo);
-  finish(lse, ls);
+  write_back(loss, lo);
+  write_back(lse, ls);
 }
 
 void cross_entropy_backward_kernel(Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
@@ -105,7 +93,7 @@ void cross_entropy_backward_kernel(Tensor& grad_logits, const Tensor& grad_loss,
                                       l.data_ptr(), t.data_ptr<int64_t>(), N, C, ignore_index, label_smoothing,
                                       stream_of(x));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(grad_logits, gx);
+  write_back(grad_logits, gx);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // (copied when they are not), statistics in the math type (f32 for f16/bf16, else x's dtype),
 // launches on the current stream. grad_weight / grad_bias go through a scratch of per-chunk
 // partial sums so the reduction over rows is deterministic and needs no atomics.
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/loss_norm.h"
 #include "cuda/device.h"
@@ -15,18 +16,6 @@ namespace {
 kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
 CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
-Tensor dense(const Tensor& t) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  Tensor c = make_tensor(t.sizes(), t.dtype(), t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
-Tensor writable(const Tensor& out) {
-  return !out.defined() || out.is_contiguous() ? out : make_tensor(out.sizes(), out.dtype(), out.device());
-}
-void finish(Tensor& out, const Tensor& written) {
-  if (out.defined() && !written.is_same(out)) kernels::copy[out.device()](out, written);
-}
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 void check_x(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight, const char* op) {
@@ -55,9 +44,9 @@ void layer_norm_kernel(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& x,
   kern::launch_layer_norm(scalar_type(x.dtype()), xc.data_ptr(), ptr(w), ptr(b), o.data_ptr(), mc.data_ptr(),
                           rc.data_ptr(), M, N, eps, stream_of(x));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(out, o);
-  finish(mean, mc);
-  finish(rstd, rc);
+  write_back(out, o);
+  write_back(mean, mc);
+  write_back(rstd, rc);
 }
 
 void layer_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias, const Tensor& grad_out,
@@ -80,7 +69,7 @@ void layer_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& gra
     kern::launch_layer_norm_backward_x(scalar_type(x.dtype()), gy.data_ptr(), xc.data_ptr(), mc.data_ptr(),
                                        rc.data_ptr(), ptr(w), gx.data_ptr(), M, N, stream_of(x));
     KILN_CUDA_CHECK_LAUNCH();
-    finish(grad_x, gx);
+    write_back(grad_x, gx);
   }
   if (grad_weight.defined() || grad_bias.defined()) {
     Tensor gw = writable(grad_weight), gb = writable(grad_bias);
@@ -90,8 +79,8 @@ void layer_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& gra
                                             rc.data_ptr(), ptr(gw), ptr(gb), partials.data_ptr(), M, N,
                                             stream_of(x));
     KILN_CUDA_CHECK_LAUNCH();
-    finish(grad_weight, gw);
-    finish(grad_bias, gb);
+    write_back(grad_weight, gw);
+    write_back(grad_bias, gb);
   }
 }
 

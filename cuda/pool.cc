@@ -1,5 +1,6 @@
 // Host side of the CUDA pooling kernels: checks as the CPU kernels, contiguous NCHW operands
 // (copied when they are not), max pooling's backward accumulated in f32 for 16-bit types.
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
@@ -14,19 +15,6 @@ using kern::PoolShape;
 kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
 CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = make_tensor(t.sizes(), t.dtype(), t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
-
-/// `out` itself when contiguous, else a contiguous buffer copied into it by finish().
-Tensor target(const Tensor& out) { return out.is_contiguous() ? out : make_tensor(out.sizes(), out.dtype(), out.device()); }
-void finish(Tensor& out, const Tensor& written) {
-  if (!written.is_same(out)) kernels::copy[out.device()](out, written);
-}
-
 PoolShape shape_of(const Tensor& in, const Tensor& out, const char* op) {
   KILN_CHECK(in.dim() == 4 && out.dim() == 4, "{}: expected 4-D NCHW tensors, got {} and {}", op, in.sizes(),
              out.sizes());
@@ -38,12 +26,12 @@ void max_pool2d_kernel(Tensor& out, Tensor& indices, const Tensor& x, const Pool
   const PoolShape s = shape_of(x, out, "max_pool2d");
   KILN_CHECK(indices.dtype() == kInt64, "max_pool2d: indices must be i64, got {}", indices.dtype());
   DeviceGuard g(out.device());
-  Tensor xc = dense(x), oc = target(out), ic = target(indices);
+  Tensor xc = dense(x), oc = writable(out), ic = writable(indices);
   kern::launch_max_pool2d(scalar_type(x.dtype()), xc.data_ptr(), oc.data_ptr(), static_cast<int64_t*>(ic.data_ptr()),
                           s, p, stream_of(out));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(out, oc);
-  finish(indices, ic);
+  write_back(out, oc);
+  write_back(indices, ic);
 }
 
 void max_pool2d_backward_kernel(Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
@@ -56,26 +44,26 @@ void max_pool2d_backward_kernel(Tensor& grad_x, const Tensor& grad_out, const Te
   kern::launch_max_pool2d_backward(scalar_type(grad_x.dtype()), go.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()),
                                    a.data_ptr(), s.planes, s.H * s.W, s.OH * s.OW, stream_of(grad_x));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(grad_x, a);
+  write_back(grad_x, a);
 }
 
 void avg_pool2d_kernel(Tensor& out, const Tensor& x, const Pool2dParams& p) {
   const PoolShape s = shape_of(x, out, "avg_pool2d");
   DeviceGuard g(out.device());
-  Tensor xc = dense(x), oc = target(out);
+  Tensor xc = dense(x), oc = writable(out);
   kern::launch_avg_pool2d(scalar_type(x.dtype()), xc.data_ptr(), oc.data_ptr(), s, p, stream_of(out));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(out, oc);
+  write_back(out, oc);
 }
 
 void avg_pool2d_backward_kernel(Tensor& grad_x, const Tensor& grad_out, const Pool2dParams& p) {
   const PoolShape s = shape_of(grad_x, grad_out, "avg_pool2d_backward");
   DeviceGuard g(grad_x.device());
-  Tensor go = dense(grad_out), gx = target(grad_x);
+  Tensor go = dense(grad_out), gx = writable(grad_x);
   kern::launch_avg_pool2d_backward(scalar_type(grad_x.dtype()), go.data_ptr(), gx.data_ptr(), s, p,
                                    stream_of(grad_x));
   KILN_CUDA_CHECK_LAUNCH();
-  finish(grad_x, gx);
+  write_back(grad_x, gx);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
@@ -21,14 +22,6 @@ template <class T> using CMap = Eigen::Map<const Arr<T>>;
 template <class T> using MMap = Eigen::Map<Arr<T>>;
 
 constexpr int64_t kChunk = 2048;  // elements of a plane handled at once (one buffer per thread)
-
-/// `t` itself when already contiguous with dtype `dt`, else a contiguous copy converted to it.
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.is_contiguous() && t.dtype() == dt) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
 
 /// x [N, C, *] as [N, C, S].
 struct Geometry {
@@ -154,7 +147,7 @@ void write_channels(Tensor& dst, const std::vector<double>& v) {
 
 const double* f64_or_null(const Tensor& t, Tensor& keep) {
   if (!t.defined()) return nullptr;
-  keep = contiguous_as(t, kFloat64);
+  keep = dense_as(t, kFloat64);
   return keep.data_ptr<double>();
 }
 
@@ -164,7 +157,7 @@ void batch_norm_kernel(Tensor& out, Tensor& save_mean, Tensor& save_invstd, cons
   const Geometry g = geometry(x0, "batch_norm");
   KILN_CHECK(g.count() > 1, "batch_norm: expected more than 1 value per channel when training, got input shape {}",
              x0.sizes());
-  const Tensor x = contiguous_as(x0, x0.dtype());
+  const Tensor x = dense_as(x0, x0.dtype());
   Tensor wk, bk;
   const double* w = f64_or_null(weight, wk);
   const double* b = f64_or_null(bias, bk);
@@ -179,7 +172,7 @@ void batch_norm_kernel(Tensor& out, Tensor& save_mean, Tensor& save_invstd, cons
   write_channels(save_invstd, invstd);
   if (running_mean.defined()) {
     // PyTorch's update: the running variance takes the unbiased batch variance.
-    const Tensor rm = contiguous_as(running_mean, kFloat64), rv = contiguous_as(running_var, kFloat64);
+    const Tensor rm = dense_as(running_mean, kFloat64), rv = dense_as(running_var, kFloat64);
     const double* pm = rm.data_ptr<double>();
     const double* pv = rv.data_ptr<double>();
     const double unbias = static_cast<double>(g.count()) / static_cast<double>(g.count() - 1);
@@ -204,7 +197,7 @@ void batch_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& gra
   const Geometry g = geometry(x0, "batch_norm_backward");
   KILN_CHECK(grad_out.sizes() == x0.sizes(), "batch_norm_backward: grad_out shape {} differs from input shape {}",
              grad_out.sizes(), x0.sizes());
-  const Tensor x = contiguous_as(x0, x0.dtype()), gy = contiguous_as(grad_out, x0.dtype());
+  const Tensor x = dense_as(x0, x0.dtype()), gy = dense_as(grad_out, x0.dtype());
   Tensor wk, mk, ik;
   const double* w = f64_or_null(weight, wk);
   const double* mean = f64_or_null(save_mean, mk);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
@@ -15,14 +16,6 @@ namespace {
 template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 template <class T> using CMap = Eigen::Map<const Arr<T>>;
 template <class T> using MMap = Eigen::Map<Arr<T>>;
-
-/// `t` itself when already contiguous with dtype `dt`, else a contiguous copy converted to it.
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.is_contiguous() && t.dtype() == dt) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
 
 DType compute_dtype(DType t) {
   KILN_CHECK(is_floating(t), "cross_entropy: dtype {} is not supported (floating types only)", t);
@@ -89,9 +82,9 @@ void cross_entropy_kernel(Tensor& loss, Tensor& lse, const Tensor& logits, const
   const int64_t N = logits.size(0), C = logits.size(1);
   if (N == 0) return;
   const DType cd = compute_dtype(logits.dtype());
-  const Tensor tc = contiguous_as(target, kInt64);
+  const Tensor tc = dense_as(target, kInt64);
   check_targets(tc, C, ignore_index);
-  const Tensor xc = contiguous_as(logits, cd);
+  const Tensor xc = dense_as(logits, cd);
   const bool direct = loss.is_contiguous() && lse.is_contiguous() && loss.dtype() == cd && lse.dtype() == cd;
   Tensor lo = direct ? loss : make_tensor({N}, cd, loss.device());
   Tensor ls = direct ? lse : make_tensor({N}, cd, lse.device());
@@ -116,9 +109,9 @@ void cross_entropy_backward_kernel(Tensor& grad_logits, const Tensor& grad_loss,
              "cross_entropy_backward: shapes differ (grad_logits {}, grad_loss {}, logits {}, lse {})",
              grad_logits.sizes(), grad_loss.sizes(), logits.sizes(), lse.sizes());
   const DType cd = compute_dtype(logits.dtype());
-  const Tensor tc = contiguous_as(target, kInt64);
+  const Tensor tc = dense_as(target, kInt64);
   check_targets(tc, C, ignore_index);
-  const Tensor xc = contiguous_as(logits, cd), gc = contiguous_as(grad_loss, cd), lc = contiguous_as(lse, cd);
+  const Tensor xc = dense_as(logits, cd), gc = dense_as(grad_loss, cd), lc = dense_as(lse, cd);
   const bool direct = grad_logits.is_contiguous() && grad_logits.dtype() == cd;
   Tensor oc = direct ? grad_logits : make_tensor(grad_logits.sizes(), cd, grad_logits.device());
   if (cd == kFloat64)

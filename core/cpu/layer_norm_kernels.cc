@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/loss_norm.h"
 #include "core/parallel.h"
@@ -17,13 +18,6 @@ namespace {
 template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 template <class T> using CMap = Eigen::Map<const Arr<T>>;
 template <class T> using MMap = Eigen::Map<Arr<T>>;
-
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (!t.defined() || (t.is_contiguous() && t.dtype() == dt)) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
 
 template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<T>() : nullptr; }
 
@@ -93,21 +87,14 @@ DType compute_dtype(DType t) {
 }
 
 /// `t` when it can be written directly in dtype `cd`, else a contiguous scratch of that dtype.
-Tensor writable(const Tensor& t, DType cd) {
-  if (!t.defined() || (t.is_contiguous() && t.dtype() == cd)) return t;
-  return make_tensor(t.sizes(), cd, t.device());
-}
-void write_back(Tensor& t, const Tensor& scratch) {
-  if (t.defined() && !scratch.is_same(t)) kernels::copy[t.device()](t, scratch);
-}
 
 void layer_norm_kernel(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& weight,
                        const Tensor& bias, double eps) {
   const int64_t M = x.size(0), N = x.size(1);
   if (M == 0 || N == 0) return;
   const DType cd = compute_dtype(x.dtype());
-  const Tensor xc = contiguous_as(x, cd), wc = contiguous_as(weight, cd), bc = contiguous_as(bias, cd);
-  Tensor oc = writable(out, cd), mc = writable(mean, cd), rc = writable(rstd, cd);
+  const Tensor xc = dense_as(x, cd), wc = dense_as(weight, cd), bc = dense_as(bias, cd);
+  Tensor oc = writable_as(out, cd), mc = writable_as(mean, cd), rc = writable_as(rstd, cd);
   if (cd == kFloat64)
     forward_typed(oc.data_ptr<double>(), mc.data_ptr<double>(), rc.data_ptr<double>(), xc.data_ptr<double>(),
                   ptr_or_null<double>(wc), ptr_or_null<double>(bc), M, N, eps);
@@ -129,9 +116,9 @@ void layer_norm_backward_kernel(Tensor& grad_x, Tensor& grad_weight, Tensor& gra
     if (grad_bias.defined()) kernels::fill[x.device()](grad_bias, Scalar(0));
     return;
   }
-  const Tensor gc = contiguous_as(grad_out, cd), xc = contiguous_as(x, cd), mc = contiguous_as(mean, cd),
-               rc = contiguous_as(rstd, cd), wc = contiguous_as(weight, cd);
-  Tensor gxc = writable(grad_x, cd), gwc = writable(grad_weight, cd), gbc = writable(grad_bias, cd);
+  const Tensor gc = dense_as(grad_out, cd), xc = dense_as(x, cd), mc = dense_as(mean, cd),
+               rc = dense_as(rstd, cd), wc = dense_as(weight, cd);
+  Tensor gxc = writable_as(grad_x, cd), gwc = writable_as(grad_weight, cd), gbc = writable_as(grad_bias, cd);
   if (cd == kFloat64)
     backward_typed(gxc.defined() ? gxc.data_ptr<double>() : nullptr,
                    gwc.defined() ? gwc.data_ptr<double>() : nullptr, gbc.defined() ? gbc.data_ptr<double>() : nullptr,

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/dense.h"
 #include "core/cpu/gemm.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {
 namespace {
-
 
 /// How a [rows, cols] slice with strides (s0, s1) can be read in place.
 struct MatLayout {
@@ -34,19 +34,11 @@ MatLayout layout_of(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
 
 MatLayout layout_of(const Tensor& t) { return layout_of(t.size(1), t.size(2), t.stride(1), t.stride(2)); }
 
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.is_contiguous() && t.dtype() == dt) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
-
 /// c[M, N] (row-major, leading dim ldc) = a[M, K] @ b[K, N] (float picks its ISA at run time).
 template <class T>
 void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb, int64_t M, int64_t N, int64_t K) {
   cpu::gemm<T>(M, N, K, {a, la.row_major, la.ld}, {b, lb.row_major, lb.ld}, c, ldc, /*accumulate=*/false);
 }
-
 
 // Multiply-adds one thread should get before another is woken. Kiln's pool keeps workers
 // spinning briefly between regions, so a wake-up is cheap; 64k was the best of 2^16..2^19 on
@@ -56,8 +48,8 @@ constexpr int64_t kGemmGrain = int64_t{1} << 16;
 template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b0) {
   Tensor a = a0, b = b0;
   MatLayout la = layout_of(a), lb = layout_of(b);
-  if (!la.ok) { a = contiguous_as(a, a.dtype()); la = layout_of(a); }
-  if (!lb.ok) { b = contiguous_as(b, b.dtype()); lb = layout_of(b); }
+  if (!la.ok) { a = dense_as(a, a.dtype()); la = layout_of(a); }
+  if (!lb.ok) { b = dense_as(b, b.dtype()); lb = layout_of(b); }
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   MatLayout lc = layout_of(out);
   const bool direct = lc.ok && lc.row_major;
@@ -152,7 +144,7 @@ void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
     case DType::f16:
     case DType::bf16: {
       Tensor c = make_tensor(out.sizes(), kFloat32, out.device());
-      bmm_eigen<float>(c, contiguous_as(a, kFloat32), contiguous_as(b, kFloat32));
+      bmm_eigen<float>(c, dense_as(a, kFloat32), dense_as(b, kFloat32));
       kernels::copy[out.device()](out, c);
       return;
     }

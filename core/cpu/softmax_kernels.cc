@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dense.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
@@ -19,14 +20,6 @@ template <class T> using CMap = Eigen::Map<const Arr<T>>;
 template <class T> using MMap = Eigen::Map<Arr<T>>;
 
 constexpr int64_t kBlock = 64;  // inner positions processed together when the dim is not last
-
-/// `t` itself when already contiguous with dtype `dt`, else a contiguous copy converted to it.
-Tensor contiguous_as(const Tensor& t, DType dt) {
-  if (t.is_contiguous() && t.dtype() == dt) return t;
-  Tensor c = make_tensor(t.sizes(), dt, t.device());
-  kernels::copy[t.device()](c, t);
-  return c;
-}
 
 DType compute_dtype(DType t, const char* op) {
   KILN_CHECK(is_floating(t), "{}: dtype {} is not supported (floating types only)", op, t);
@@ -138,7 +131,7 @@ void softmax_kernel(Tensor& out, const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   if (out.numel() == 0) return;
   const DType cd = compute_dtype(x.dtype(), name);
-  Tensor xc = contiguous_as(x, cd);
+  Tensor xc = dense_as(x, cd);
   const bool direct = out.is_contiguous() && out.dtype() == cd;
   Tensor oc = direct ? out : make_tensor(out.sizes(), cd, out.device());
   const Dims g = split_at(x.sizes(), x.dim() == 0 ? 0 : dim);
@@ -153,7 +146,7 @@ void softmax_backward_kernel(Tensor& grad_x, const Tensor& grad_y, const Tensor&
   KILN_CHECK(grad_y.sizes() == y.sizes() && grad_x.sizes() == y.sizes(),
              "{}: shapes differ (grad_x {}, grad_y {}, y {})", name, grad_x.sizes(), grad_y.sizes(), y.sizes());
   const DType cd = compute_dtype(y.dtype(), name);
-  Tensor gc = contiguous_as(grad_y, cd), yc = contiguous_as(y, cd);
+  Tensor gc = dense_as(grad_y, cd), yc = dense_as(y, cd);
   const bool direct = grad_x.is_contiguous() && grad_x.dtype() == cd;
   Tensor oc = direct ? grad_x : make_tensor(grad_x.sizes(), cd, grad_x.device());
   const Dims g = split_at(y.sizes(), y.dim() == 0 ? 0 : dim);
