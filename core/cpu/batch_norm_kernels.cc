@@ -67,35 +67,38 @@ template <class F> void for_channels(const Geometry& g, const F& f) {
   parallel_for(0, g.c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(g.count(), 1)), f);
 }
 
+/// f(offset, length) over channel c's elements, kChunk at a time.
+template <class F> void for_each_chunk(const Geometry& g, int64_t c, const F& f) {
+  for (int64_t n = 0; n < g.n; ++n) {
+    const int64_t base = (n * g.c + c) * g.s;
+    for (int64_t i = 0; i < g.s; i += kChunk) f(base + i, std::min(kChunk, g.s - i));
+  }
+}
+
 /// Per channel: mean, biased variance, invstd = 1 / sqrt(var + eps), and out = xhat * w + b.
 template <class T> void forward_typed(T* out, const T* x, const double* w, const double* b, double* mean,
                                       double* var, double* invstd, const Geometry& g, double eps) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const int64_t S = g.s, C = g.c;
   const double M = static_cast<double>(g.count());
   for_channels(g, [&](int64_t c0, int64_t c1) {
     Loader<A, T> ld;
     A tmp[kChunk];
     for (int64_t c = c0; c < c1; ++c) {
-      auto each_chunk = [&](auto&& f) {
-        for (int64_t n = 0; n < g.n; ++n) {
-          const int64_t base = (n * C + c) * S;
-          for (int64_t i = 0; i < S; i += kChunk) f(base + i, std::min(kChunk, S - i));
-        }
-      };
       double sum = 0;
-      each_chunk([&](int64_t at, int64_t m) { sum += static_cast<double>(ld.load(x + at, m).sum()); });
+      for_each_chunk(g, c, [&](int64_t at, int64_t m) { sum += static_cast<double>(ld.load(x + at, m).sum()); });
       const double mu = sum / M;
       const A mu_a = static_cast<A>(mu);
       double ss = 0;
-      each_chunk([&](int64_t at, int64_t m) { ss += static_cast<double>((ld.load(x + at, m) - mu_a).square().sum()); });
+      for_each_chunk(g, c, [&](int64_t at, int64_t m) {
+        ss += static_cast<double>((ld.load(x + at, m) - mu_a).square().sum());
+      });
       const double v = ss / M, is = 1.0 / std::sqrt(v + eps);
       mean[c] = mu;
       var[c] = v;
       invstd[c] = is;
       const double scale = is * (w ? w[c] : 1.0), shift = (b ? b[c] : 0.0) - mu * scale;
       const A sa = static_cast<A>(scale), sh = static_cast<A>(shift);
-      each_chunk([&](int64_t at, int64_t m) { store(out + at, m, ld.load(x + at, m) * sa + sh, tmp); });
+      for_each_chunk(g, c, [&](int64_t at, int64_t m) { store(out + at, m, ld.load(x + at, m) * sa + sh, tmp); });
     }
   });
 }
@@ -105,21 +108,14 @@ template <class T> void forward_typed(T* out, const T* x, const double* w, const
 template <class T> void backward_typed(T* gx, const T* gy, const T* x, const double* w, const double* mean,
                                        const double* invstd, double* gsum, double* gxsum, const Geometry& g) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const int64_t S = g.s, C = g.c;
   const double M = static_cast<double>(g.count());
   for_channels(g, [&](int64_t c0, int64_t c1) {
     Loader<A, T> lg, lx;
     A tmp[kChunk];
     for (int64_t c = c0; c < c1; ++c) {
-      auto each_chunk = [&](auto&& f) {
-        for (int64_t n = 0; n < g.n; ++n) {
-          const int64_t base = (n * C + c) * S;
-          for (int64_t i = 0; i < S; i += kChunk) f(base + i, std::min(kChunk, S - i));
-        }
-      };
       const A mu_a = static_cast<A>(mean[c]);
       double s1 = 0, s2 = 0;
-      each_chunk([&](int64_t at, int64_t m) {
+      for_each_chunk(g, c, [&](int64_t at, int64_t m) {
         CMap<A> gv = lg.load(gy + at, m);
         s1 += static_cast<double>(gv.sum());
         s2 += static_cast<double>((gv * (lx.load(x + at, m) - mu_a)).sum());
@@ -130,7 +126,7 @@ template <class T> void backward_typed(T* gx, const T* gy, const T* x, const dou
       const double is = invstd[c], a = is * (w ? w[c] : 1.0);
       const double bx = -a * is * is * s2 / M, k = -a * s1 / M - bx * mean[c];
       const A aa = static_cast<A>(a), ba = static_cast<A>(bx), ka = static_cast<A>(k);
-      each_chunk([&](int64_t at, int64_t m) {
+      for_each_chunk(g, c, [&](int64_t at, int64_t m) {
         CMap<A> gv = lg.load(gy + at, m);
         store(gx + at, m, gv * aa + lx.load(x + at, m) * ba + ka, tmp);
       });

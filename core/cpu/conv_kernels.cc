@@ -47,40 +47,57 @@ inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t n_out, int
   if (hi < lo) hi = lo;
 }
 
-/// im2col for stride 1, dilation 1 and OW == W (a "same"-padded 3x3, say): every column row is
-/// the image shifted by (ki - ph, kj - pw), so its rows inside the image are one block copy; the
-/// entries that wrapped around a row edge are zeroed after. Per-row memcpy calls of 14 or 28
-/// floats cost more than the copying itself.
-template <class T> void im2col_shifted(const Geometry& g, const T* x, T* col) {
+/// Stride 1, dilation 1 and OW == W (a "same"-padded 3x3, say): every column row is the image
+/// shifted by (ki - ph, kj - pw), so im2col and col2im can move its rows inside the image as one
+/// flat block; per-row memcpy calls of 14 or 28 floats cost more than the copying itself.
+inline bool shifted_geometry(const Geometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.OW == g.W;
+}
+
+/// One kernel tap (c, ki, kj) of a shifted geometry: its column row index, its channel's plane
+/// offset, the flat range [begin, end) of the row that reads plane element i + shift, the output
+/// rows [oh_lo, oh_hi) inside the image, and the columns [e_lo, e_hi) of those rows whose input
+/// column lies outside the image (read from a neighbouring row by the flat block: to be zeroed).
+struct ShiftedTap {
+  int64_t row, plane, shift, begin, end, oh_lo, oh_hi, e_lo, e_hi;
+};
+
+template <class F> void for_each_shifted_tap(const Geometry& g, F&& f) {
   const int64_t HW = g.H * g.W;
   for (int64_t c = 0; c < g.C; ++c) {
-    const T* xc = x + c * HW;
     for (int64_t ki = 0; ki < g.KH; ++ki) {
       const int64_t off_h = ki - g.ph;
       const int64_t oh_lo = std::clamp<int64_t>(-off_h, 0, g.OH), oh_hi = std::clamp<int64_t>(g.H - off_h, oh_lo, g.OH);
       for (int64_t kj = 0; kj < g.KW; ++kj) {
-        T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
-        const int64_t off_w = kj - g.pw;
-        std::fill(row, row + oh_lo * g.OW, T(0));
-        std::fill(row + oh_hi * g.OW, row + g.L, T(0));
-        // row[oh * W + ow] = xc[(oh + off_h) * W + ow + off_w] for oh in [oh_lo, oh_hi), read as
-        // one flat range clipped to the plane (what falls outside is an edge entry, zeroed below).
-        const int64_t shift = off_h * g.W + off_w;
-        const int64_t begin = std::max(oh_lo * g.W, -shift), end = std::min(oh_hi * g.W, HW - shift);
-        if (end > begin) std::memcpy(row + begin, xc + begin + shift, (end - begin) * sizeof(T));
-        if (off_w == 0) continue;
-        // The columns whose input column ow + off_w is outside [0, W).
-        const int64_t e_lo = off_w < 0 ? 0 : std::max<int64_t>(g.OW - off_w, 0);
-        const int64_t e_hi = off_w < 0 ? std::min(-off_w, g.OW) : g.OW;
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) std::fill(row + oh * g.OW + e_lo, row + oh * g.OW + e_hi, T(0));
+        const int64_t off_w = kj - g.pw, shift = off_h * g.W + off_w;
+        ShiftedTap t{(c * g.KH + ki) * g.KW + kj, c * HW, shift, std::max(oh_lo * g.W, -shift),
+                     std::min(oh_hi * g.W, HW - shift), oh_lo, oh_hi, 0, 0};
+        if (off_w < 0) t.e_hi = std::min(-off_w, g.OW);
+        if (off_w > 0) t.e_lo = std::max<int64_t>(g.OW - off_w, 0), t.e_hi = g.OW;
+        f(t);
       }
     }
   }
 }
 
+template <class T> void zero_edges(const Geometry& g, const ShiftedTap& t, T* row) {
+  if (t.e_lo == t.e_hi) return;
+  for (int64_t oh = t.oh_lo; oh < t.oh_hi; ++oh) std::fill(row + oh * g.OW + t.e_lo, row + oh * g.OW + t.e_hi, T(0));
+}
+
+template <class T> void im2col_shifted(const Geometry& g, const T* x, T* col) {
+  for_each_shifted_tap(g, [&](const ShiftedTap& t) {
+    T* row = col + t.row * g.L;
+    std::fill(row, row + t.oh_lo * g.OW, T(0));
+    std::fill(row + t.oh_hi * g.OW, row + g.L, T(0));
+    if (t.end > t.begin) std::memcpy(row + t.begin, x + t.plane + t.begin + t.shift, (t.end - t.begin) * sizeof(T));
+    zero_edges(g, t, row);
+  });
+}
+
 /// col[C * KH * KW, OH * OW] from one image x[C, H, W].
 template <class T> void im2col(const Geometry& g, const T* x, T* col) {
-  if (g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.OW == g.W) return im2col_shifted(g, x, col);
+  if (shifted_geometry(g)) return im2col_shifted(g, x, col);
   for (int64_t c = 0; c < g.C; ++c) {
     const T* xc = x + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.KH; ++ki) {
@@ -110,38 +127,22 @@ template <class T> void im2col(const Geometry& g, const T* x, T* col) {
   }
 }
 
-/// col2im for the geometry of im2col_shifted: each row adds into the image as one flat block,
-/// after its edge entries (those read from outside the image, which would otherwise land on the
-/// neighbouring row) are zeroed in `col`, which is scratch.
+/// col2im for a shifted geometry: each row's edge entries are zeroed in `col` (scratch) so that
+/// the flat block add puts nothing on a neighbouring row.
 template <class T> void col2im_shifted(const Geometry& g, T* col, T* x) {
-  const int64_t HW = g.H * g.W;
-  std::fill(x, x + g.C * HW, T(0));
-  for (int64_t c = 0; c < g.C; ++c) {
-    T* xc = x + c * HW;
-    for (int64_t ki = 0; ki < g.KH; ++ki) {
-      const int64_t off_h = ki - g.ph;
-      const int64_t oh_lo = std::clamp<int64_t>(-off_h, 0, g.OH), oh_hi = std::clamp<int64_t>(g.H - off_h, oh_lo, g.OH);
-      for (int64_t kj = 0; kj < g.KW; ++kj) {
-        T* row = col + ((c * g.KH + ki) * g.KW + kj) * g.L;
-        const int64_t off_w = kj - g.pw;
-        if (off_w != 0) {
-          const int64_t e_lo = off_w < 0 ? 0 : std::max<int64_t>(g.OW - off_w, 0);
-          const int64_t e_hi = off_w < 0 ? std::min(-off_w, g.OW) : g.OW;
-          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) std::fill(row + oh * g.OW + e_lo, row + oh * g.OW + e_hi, T(0));
-        }
-        const int64_t shift = off_h * g.W + off_w;
-        const int64_t begin = std::max(oh_lo * g.W, -shift), end = std::min(oh_hi * g.W, HW - shift);
-        T* dst = xc + shift;
-        for (int64_t i = begin; i < end; ++i) dst[i] += row[i];
-      }
-    }
-  }
+  std::fill(x, x + g.C * g.H * g.W, T(0));
+  for_each_shifted_tap(g, [&](const ShiftedTap& t) {
+    T* row = col + t.row * g.L;
+    zero_edges(g, t, row);
+    T* dst = x + t.plane + t.shift;
+    for (int64_t i = t.begin; i < t.end; ++i) dst[i] += row[i];
+  });
 }
 
 /// x[C, H, W] = the sum of col's entries over the positions each was read from (x zeroed here).
 /// `col` is scratch: the shifted path zeroes some of its entries.
 template <class T> void col2im(const Geometry& g, T* col, T* x) {
-  if (g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.OW == g.W) return col2im_shifted(g, col, x);
+  if (shifted_geometry(g)) return col2im_shifted(g, col, x);
   std::fill(x, x + g.C * g.H * g.W, T(0));
   for (int64_t c = 0; c < g.C; ++c) {
     T* xc = x + c * g.H * g.W;
