@@ -233,14 +233,17 @@ template <class T> void max_pool_backward(Tensor& grad_x, const Tensor& grad_out
   T* px = grad_x.data_ptr<T>();
   const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(in + outn, 1));
   parallel_for(0, planes, grain, [&](int64_t lo, int64_t hi) {
-    std::vector<A> acc(in);
+    // f32/f64 accumulate in the output plane itself; 16-bit types in an f32 plane copied after.
+    std::vector<A> acc(std::is_same_v<A, T> ? 0 : in);
     for (int64_t pl = lo; pl < hi; ++pl) {
-      std::fill(acc.begin(), acc.end(), A(0));
+      T* xp = px + pl * in;
+      A* ap = std::is_same_v<A, T> ? reinterpret_cast<A*>(xp) : acc.data();
+      std::fill(ap, ap + in, A(0));
       const T* gp = pg + pl * outn;
       const int64_t* ip = pi + pl * outn;
-      for (int64_t o = 0; o < outn; ++o) acc[ip[o]] += static_cast<A>(gp[o]);
-      T* xp = px + pl * in;
-      for (int64_t i = 0; i < in; ++i) xp[i] = static_cast<T>(acc[i]);
+      for (int64_t o = 0; o < outn; ++o) ap[ip[o]] += static_cast<A>(gp[o]);
+      if constexpr (!std::is_same_v<A, T>)
+        for (int64_t i = 0; i < in; ++i) xp[i] = static_cast<T>(acc[i]);
     }
   });
 }
