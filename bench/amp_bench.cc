@@ -40,13 +40,6 @@ using kiln::bench::now_s;
 
 namespace {
 
-std::shared_ptr<nn::Sequential> make_wide_mlp() {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 4096), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(4096, 4096), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4096, 4096),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4096, 10)});
-}
-
 /// A conv-bound CNN with batch norm (batch 256): 1-64-128-256 channels of 3x3 convolutions.
 std::shared_ptr<nn::Sequential> make_wide_cnn() {
   nn::Conv2dOptions same{.padding = {1, 1}};
@@ -68,7 +61,7 @@ std::shared_ptr<nn::Sequential> make_wide_cnn() {
 }
 
 std::shared_ptr<nn::Sequential> make_bench_model(const std::string& name) {
-  if (name == "wide_mlp") return make_wide_mlp();
+  if (name == "wide_mlp") return examples::make_wide_mlp(4096);
   if (name == "wide_cnn") return make_wide_cnn();
   return examples::make_model(name);
 }

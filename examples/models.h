@@ -27,6 +27,16 @@ inline std::shared_ptr<nn::Sequential> make_cnn() {
       std::make_shared<nn::Linear>(128, 10)});
 }
 
+/// The benchmarks' matmul-bound MLP, 784-width-width-width-10 with ReLU (amp_bench: 4096,
+/// ddp_bench: 2048).
+inline std::shared_ptr<nn::Sequential> make_wide_mlp(int64_t width) {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, width), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(width, width), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(width, width), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(width, 10)});
+}
+
 inline std::shared_ptr<nn::Sequential> make_model(const std::string& name) {
   return name == "cnn" ? make_cnn() : make_mlp();
 }
