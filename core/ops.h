@@ -174,14 +174,20 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// Out of place: x with src added at `index` along `dim`.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
-/// Out of place: x with src added at rows `index` along `dim` (the backward of index_select).
+/// Out of place: x with src added at rows `index` along `dim` (the backward of index_select);
+/// differentiable with respect to x and src.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// Rows of `weight` [num, dim] at `indices` (any shape, integer) -> [*indices, dim]; the row
+/// `padding_idx` (>= 0; -1 for none) is returned as stored but receives no gradient.
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
 /// i64 class indices -> i64 one-hot with a trailing dim of num_classes (-1: max + 1).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
-// ---- in place (no autograd for leaves that require grad; bump the version counter)
+// ---- in place (bump the version counter; under autograd see core/ops/inplace.h)
 Tensor& fill_(Tensor& x, const Scalar& value);
 Tensor& copy_(Tensor& dst, const Tensor& src);
+/// Sets the elements where `mask` (bool, broadcast to x's shape) is true to `value`.
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value);
 /// Makes `t` refer to `data`'s storage, shape and dtype while keeping its identity and its
 /// autograd flags (how Module::to moves parameters without invalidating references to them).
 void set_data(Tensor& t, const Tensor& data);

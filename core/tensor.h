@@ -56,6 +56,13 @@ class TensorImpl {
   DType dtype;
   std::unique_ptr<AutogradMeta> autograd;  // null until autograd needs it
   bool is_view = false;  // shares storage with the tensor it was viewed from (view ops set it)
+  // PyTorch's view + in-place semantics. A view knows its root base (the non-view tensor whose
+  // storage it shares; views share its version counter through the storage). When the storage's
+  // version moves past `view_version`, the view's autograd history is stale (its base, or
+  // another view of it, was written in place) and is rebuilt from the base's current history.
+  std::shared_ptr<TensorImpl> view_base;
+  uint32_t view_version = 0;
+  bool view_tracks_grad = false;  // made while grad mode was on: its history follows the base's
 };
 
 class Tensor {
@@ -196,6 +203,7 @@ class Tensor {
   Tensor& fill_(const Scalar& value);
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
   Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
   Tensor& add_(const Scalar& other);
   Tensor& sub_(const Tensor& other, const Scalar& alpha = 1);

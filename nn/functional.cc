@@ -74,13 +74,16 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got shape {}", weight.sizes());
-  Shape out_shape = indices.sizes();
-  out_shape.push_back(weight.size(1));
-  Tensor rows = weight.index_select(0, indices.reshape({-1})).reshape(out_shape);
-  if (!padding_idx) return rows;
-  // Multiplying by the mask keeps the padding row's gradient at zero, as PyTorch does.
-  Tensor keep = (indices != Scalar(*padding_idx)).to(weight.dtype()).unsqueeze(-1);
-  return rows * keep;
+  // As torch.nn.functional.embedding: the padding row is looked up as stored (the module
+  // initialises it to zeros) and gets no gradient; a negative padding_idx counts from the end.
+  const int64_t num = weight.size(0);
+  int64_t pad = -1;
+  if (padding_idx) {
+    KILN_CHECK(*padding_idx >= -num && *padding_idx < num,
+               "embedding: padding_idx {} is out of range for {} embeddings", *padding_idx, num);
+    pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+  }
+  return kiln::embedding(weight, indices, pad);
 }
 
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target, Reduction reduction, int64_t ignore_index) {

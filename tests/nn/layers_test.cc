@@ -137,10 +137,36 @@ TEST_CASE("Embedding looks rows up and keeps the padding row's gradient at zero"
   auto g = emb.weight.grad().to_vector<double>();
   CHECK(g[0] == 0.0);
   CHECK(g[3] == 2.0);  // row 1 used twice
+  // Away from the padding row the gradient is exact (the padding row's is zero by design).
   std::vector<Tensor> ins{emb.weight};
   emb.weight.set_grad(Tensor());
-  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(idx); }, ins);
+  Tensor no_pad = tensor(std::vector<int64_t>{1, 3, 4, 1}, {2, 2});
+  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(no_pad); }, ins);
   CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("Embedding's padding row is looked up as stored, as in PyTorch, and a negative padding_idx counts from the end") {
+  manual_seed(6);
+  nn::Embedding emb(5, 2, /*padding_idx=*/-1);
+  CHECK(emb.padding_idx == 4);
+  CHECK(emb.weight[4].to_vector<float>() == std::vector<float>{0, 0});
+  {
+    NoGradGuard g;
+    emb.weight[4].fill_(3.0);  // e.g. loaded from a checkpoint
+  }
+  Tensor idx = tensor(std::vector<int64_t>{4, 1, 4});
+  Tensor y = emb.forward(idx);
+  CHECK(y[0].to_vector<float>() == std::vector<float>{3, 3});
+  (y * 2.0).sum().backward();
+  CHECK(emb.weight.grad()[4].to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(emb.weight.grad()[1].to_vector<float>() == std::vector<float>{2, 2});
+  // The functional form: same rule, same normalisation, a clear error out of range.
+  Tensor w = randn({5, 2}, kFloat64).set_requires_grad(true);
+  nn::functional::embedding(idx, w, -1).sum().backward();
+  CHECK(w.grad()[4].to_vector<double>() == std::vector<double>{0, 0});
+  CHECK(close(nn::functional::embedding(idx, w, -1), nn::functional::embedding(idx, w, 4)));
+  CHECK_THROWS_WITH(nn::functional::embedding(idx, w, -6), doctest::Contains("padding_idx -6"));
+  CHECK_THROWS_WITH(nn::Embedding(5, 2, 5), doctest::Contains("padding_idx 5"));
 }
 
 TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eval") {
