@@ -15,6 +15,11 @@ namespace kiln {
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = {}, const IntList& stride = {1, 1},
               const IntList& padding = {0, 0}, const IntList& dilation = {1, 1}, int64_t groups = 1);
 
+/// conv2d with padding "same" (stride 1; output size = input size) or "valid" (no padding).
+/// (A C string, so that a braced `{0, 0}` still means sizes.)
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const IntList& stride, const char* padding,
+              const IntList& dilation = {1, 1}, int64_t groups = 1);
+
 /// torch.nn.functional.max_pool2d; an empty stride means stride = kernel. Padding is -inf.
 Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
                   const IntList& padding = {0, 0}, bool ceil_mode = false);

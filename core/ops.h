@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -142,6 +143,15 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
+/// beta * input + alpha * (mat1 @ mat2); input broadcasts to the product (beta == 0 ignores it).
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta = 1,
+             const Scalar& alpha = 1);
+/// beta * input + alpha * bmm(batch1, batch2).
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1,
+               const Scalar& alpha = 1);
+/// torch.einsum over letters a-z/A-Z ("bhqd,bhkd->bhqk", "ij->ji", "bi,oij,bj->bo", implicit
+/// output when "->" is absent); no "..." and no repeated letter within one operand.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
 // ---- views and shape
 Tensor view(const Tensor& x, const Shape& shape);  // one dim may be -1
@@ -168,6 +178,34 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// ---- rearranging (core/ops/rearrange.cc)
+/// Reverses the order of elements along each of `dims` (a copy, as torch.flip).
+Tensor flip(const Tensor& x, const IntList& dims);
+/// Shifts elements along `dims` by `shifts`, wrapping around; no dims: over the flattened tensor.
+Tensor roll(const Tensor& x, const IntList& shifts, const IntList& dims = {});
+/// torch.Tensor.repeat: tiles x `repeats[i]` times along dim i (leading new dims allowed).
+Tensor repeat(const Tensor& x, const IntList& repeats);
+/// torch.tile: repeat, with `reps` padded with leading 1s to x's number of dims.
+Tensor tile(const Tensor& x, const IntList& reps);
+/// Lower / upper triangle of the last two dims (elements with j - i <= / >= diagonal), zeros elsewhere.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+/// clamp with tensor bounds (broadcast; either may be undefined).
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+
+/// Padding of the last dims, torch.nn.functional.pad's: `pads` = (last dim's before, after,
+/// the dim before it's before, after, ...); constant pads may be negative (crop).
+enum class PadMode { constant, reflect, replicate, circular };
+Tensor pad(const Tensor& x, const IntList& pads, PadMode mode = PadMode::constant, double value = 0.0);
+
+// ---- norms (core/ops/vector_norm.cc)
+namespace linalg {
+/// torch.linalg.vector_norm: ord > 0, 0 (count of non-zeros) or +-inf; all dims when `dims` is empty.
+Tensor vector_norm(const Tensor& x, double ord = 2, const IntList& dims = {}, bool keepdim = false);
+}  // namespace linalg
+/// torch.norm for vectors: linalg::vector_norm.
+Tensor norm(const Tensor& x, double p = 2, const IntList& dims = {}, bool keepdim = false);
 
 // ---- indexing
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);

@@ -153,6 +153,13 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor flip(const IntList& dims) const;
+  Tensor roll(const IntList& shifts, const IntList& dims = {}) const;
+  Tensor repeat(const IntList& repeats) const;
+  Tensor tile(const IntList& reps) const;
+  Tensor norm(double p = 2, const IntList& dims = {}, bool keepdim = false) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
 
   // ---- elementwise
   Tensor neg() const;

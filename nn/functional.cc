@@ -1,31 +1,17 @@
 #include "nn/functional.h"
 
+#include "nn/loss_reduction.h"
+
 #include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 
 namespace kiln::nn::functional {
-namespace {
 
-Tensor reduce(const Tensor& loss, Reduction r) {
-  switch (r) {
-    case Reduction::none: return loss;
-    case Reduction::sum: return loss.sum();
-    case Reduction::mean: return loss.mean();
-  }
-  return loss;
-}
-
-/// `t` as the autocast policy wants it for `op` (itself with autocast off).
-Tensor policy(AutocastOp op, const Tensor& t) { return autocast::cast_input(op, t); }
-
-void check_target(const char* op, const Tensor& input, const Tensor& target) {
-  KILN_CHECK(input.sizes() == target.sizes(), "{}: input shape {} and target shape {} differ", op, input.sizes(),
-             target.sizes());
-}
-
-}  // namespace
+using detail::check_target;
+using detail::policy;
+using detail::reduce;
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return op::linear(policy(AutocastOp::linear, x), policy(AutocastOp::linear, weight), policy(AutocastOp::linear, bias));

@@ -199,3 +199,53 @@ TEST_CASE("activations and Flatten") {
   nn::GELU gelu;
   check_module_grads(gelu, input({3, 2}));
 }
+
+TEST_CASE("ConvTranspose2d is the adjoint of Conv2d: its output is conv2d's input gradient") {
+  manual_seed(9);
+  // conv2d: x [1, 3, 7, 7] -> y [1, 4, 4, 4] with stride 2, padding 1 and a 3x2 kernel; the
+  // transpose maps a gradient of y's shape back to x's shape (output_padding 0 for H, 1 for W).
+  Tensor x = randn({1, 3, 7, 7}, kFloat64).set_requires_grad(true);
+  Tensor w = randn({4, 3, 3, 2}, kFloat64);
+  Tensor y = conv2d(x, w, {}, {2, 2}, {1, 1});
+  Tensor g = randn(y.sizes(), kFloat64);
+  y.backward(g);
+  Tensor t = nn::functional::conv_transpose2d(g, w, {}, {2, 2}, {1, 1}, {0, 1});
+  CHECK(t.sizes() == x.sizes());
+  CHECK(close(t, x.grad(), 1e-10));
+  nn::ConvTranspose2d layer(4, 6, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}, .groups = 2});
+  CHECK(layer.weight.sizes() == Shape{4, 3, 3, 3});
+  CHECK(layer.forward(randn({2, 4, 5, 5})).sizes() == Shape{2, 6, 10, 10});
+  CHECK_THROWS_WITH(nn::functional::conv_transpose2d(g, w, {}, {2, 2}, {1, 1}, {2, 0}),
+                    doctest::Contains("output_padding"));
+}
+
+TEST_CASE("Upsample nearest and bilinear against hand-computed values") {
+  Tensor x = tensor(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
+  nn::Upsample near({.scale_factor = {2.0}});
+  CHECK(near.forward(x).to_vector<double>() ==
+        std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  // align_corners=False: output 4 samples at src = (o + 0.5) / 2 - 0.5 -> 0, 0.25, 0.75, 1 (clamped).
+  Tensor row = tensor(std::vector<double>{0, 4}, {1, 1, 1, 2});
+  nn::Upsample bil({.size = {1, 4}, .mode = nn::functional::InterpolateMode::bilinear});
+  CHECK(bil.forward(row).to_vector<double>() == std::vector<double>{0, 1, 3, 4});
+  nn::Upsample corners({.size = {1, 3}, .mode = nn::functional::InterpolateMode::bilinear, .align_corners = true});
+  CHECK(corners.forward(row).to_vector<double>() == std::vector<double>{0, 2, 4});
+  CHECK_THROWS_WITH(nn::functional::interpolate(x, {3, 3}, {2.0}), doctest::Contains("exactly one of size and scale_factor"));
+}
+
+TEST_CASE("GroupNorm, RMSNorm and Conv2d padding=\"same\" as modules") {
+  manual_seed(10);
+  Tensor x = randn({2, 4, 3}, kFloat64) * 3.0 + 1.0;
+  nn::GroupNorm gn(2, 4);
+  gn.to(kFloat64);
+  Tensor y = gn.forward(x).reshape({2, 2, 6});
+  for (double m : y.mean({2}).to_vector<double>()) CHECK(m == doctest::Approx(0.0).epsilon(1e-9));
+  for (double s : y.var({2}, 0).to_vector<double>()) CHECK(s == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK_THROWS_WITH(nn::GroupNorm(3, 4), doctest::Contains("num_channels=4 must be a positive multiple of num_groups=3"));
+  nn::RMSNorm rms({3}, 1e-12);
+  rms.to(kFloat64);
+  Tensor r = rms.forward(x);
+  for (double ms : (r * r).mean({2}).to_vector<double>()) CHECK(ms == doctest::Approx(1.0));
+  nn::Conv2d same(4, 5, {4, 4}, {.padding_mode_str = "same"});
+  CHECK(same.forward(randn({1, 4, 7, 6})).sizes() == Shape{1, 5, 7, 6});
+}
