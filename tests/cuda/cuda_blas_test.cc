@@ -1,6 +1,7 @@
 // bmm through cuBLAS against the CPU GEMM: f32/f64/f16/bf16, row- and column-major operands,
 // a broadcast batch (stride 0), strided outputs, matmul/linear through the op table, linear
-// through cuBLASLt (bias epilogue, fallback on misaligned views) and the TF32 switch.
+// through cuBLASLt (bias epilogue, fallback on misaligned views) and the TF32 switch, expanded
+// (stride 0) operands and linear's gradients through them.
 // Skipped without a GPU.
 #include <doctest/doctest.h>
 
@@ -10,6 +11,7 @@
 #include "core/matmul_precision.h"
 #include "core/op_table.h"
 #include "core/ops.h"
+#include "nn/functional.h"
 #include "tests/cuda/gpu_test_util.h"
 
 using namespace kiln;
@@ -51,6 +53,57 @@ TEST_CASE("bmm with a broadcast batch operand and into a strided output") {
   Tensor co = empty({4, 8, 12}, kFloat32);
   kernels::bmm[kCPU](co, a, w.expand({4, 16, 12}));
   CHECK(test::allclose(go.to(kCPU), co, 1e-4, 1e-4));
+}
+
+TEST_CASE("bmm with expanded (stride 0) operands matches the CPU") {
+  KILN_REQUIRE_GPU();
+  // Each operand expanded from one value, one row and one column, on either side; M or N of 1.
+  const int64_t M = 6, K = 5, N = 4;
+  struct Case {
+    std::string name;
+    Tensor base;  // what the operand holds; expanded to `shape` on the CPU and on the GPU alike
+    Shape shape;
+  };
+  for (DType t : {kFloat32, kFloat64}) {
+    const std::vector<Case> lhs = {{"scalar", random_input({1, 1, 1}, t), {1, M, K}},
+                                   {"row", random_input({1, 1, K}, t), {1, M, K}},
+                                   {"col", random_input({1, M, 1}, t), {1, M, K}},
+                                   {"M=1", random_input({1, 1, 1}, t), {1, 1, K}},
+                                   {"dense", random_input({1, M, K}, t), {1, M, K}}};
+    const std::vector<Case> rhs = {{"scalar", random_input({1, 1, 1}, t), {1, K, N}},
+                                   {"row", random_input({1, 1, N}, t), {1, K, N}},
+                                   {"col", random_input({1, K, 1}, t), {1, K, N}},
+                                   {"N=1", random_input({1, 1, 1}, t), {1, K, 1}},
+                                   {"dense", random_input({1, K, N}, t), {1, K, N}}};
+    for (const Case& l : lhs) {
+      for (const Case& r : rhs) {
+        const int64_t m = l.shape[1], n = r.shape[2];
+        Tensor go = empty({1, m, n}, dtype(t).device(kGpu)), co = empty({1, m, n}, t);
+        kernels::bmm[kGpu](go, l.base.to(kGpu).expand(l.shape), r.base.to(kGpu).expand(r.shape));
+        kernels::bmm[kCPU](co, l.base.expand(l.shape), r.base.expand(r.shape));
+        const double tol = gemm_tolerance(t);
+        CHECK_MESSAGE(test::allclose(go.to(kCPU), co, tol, tol), fmt::format("bmm {} {} @ {}", t, l.name, r.name));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear(x, w).sum().backward() with out_features == 1 or M == 1 gives the CPU's gradients") {
+  KILN_REQUIRE_GPU();
+  // sum's backward is g.expand(shape): the GEMMs of linear's backward get stride-0 operands.
+  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{7, 5, 1}, {1, 5, 3}, {1, 5, 1}, {9, 6, 4}}) {
+    Tensor x = random_input({M, K}, kFloat32), w = random_input({N, K}, kFloat32), b = random_input({N}, kFloat32);
+    Tensor cx = x.clone().set_requires_grad(true), cw = w.clone().set_requires_grad(true);
+    Tensor cb = b.clone().set_requires_grad(true);
+    Tensor gx = x.to(kGpu).set_requires_grad(true), gw = w.to(kGpu).set_requires_grad(true);
+    Tensor gb = b.to(kGpu).set_requires_grad(true);
+    nn::functional::linear(cx, cw, cb).sum().backward();
+    nn::functional::linear(gx, gw, gb).sum().backward();
+    const std::string shape = fmt::format("M={} K={} N={}", M, K, N);
+    CHECK_MESSAGE(test::allclose(gx.grad().to(kCPU), cx.grad(), 1e-4, 1e-4), (std::string("grad x ") + shape));
+    CHECK_MESSAGE(test::allclose(gw.grad().to(kCPU), cw.grad(), 1e-4, 1e-4), (std::string("grad w ") + shape));
+    CHECK_MESSAGE(test::allclose(gb.grad().to(kCPU), cb.grad(), 1e-4, 1e-4), (std::string("grad bias ") + shape));
+  }
 }
 
 TEST_CASE("matmul and linear on CUDA tensors through the op table") {
