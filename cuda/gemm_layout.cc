@@ -1,5 +1,5 @@
-// The GEMM operand decisions of cuda/gemm_layout.h: leading-dimension legality. Plain integer
-// logic, built with or without the CUDA toolkit.
+// The GEMM operand decisions of cuda/gemm_layout.h: leading-dimension legality and pointer
+// alignment. Plain integer logic, built with or without the CUDA toolkit.
 #include "cuda/gemm_layout.h"
 
 #include <algorithm>
@@ -20,6 +20,12 @@ std::optional<BlasLayout> blas_layout(int64_t rows, int64_t cols, int64_t row_st
     if (col_stride >= min_ld) return BlasLayout{true, col_stride};
   }
   return std::nullopt;
+}
+
+uint32_t gemm_pointer_alignment(uintptr_t address) {
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
 }
 
 }  // namespace kiln::cuda

@@ -1,7 +1,7 @@
 // bmm through cuBLAS against the CPU GEMM: f32/f64/f16/bf16, row- and column-major operands,
 // a broadcast batch (stride 0), strided outputs, matmul/linear through the op table, linear
-// through cuBLASLt (bias epilogue, fallback on misaligned views) and the TF32 switch, expanded
-// (stride 0) operands and linear's gradients through them.
+// through cuBLASLt (bias epilogue, views at 16..240-byte offsets, fallback on misaligned views)
+// and the TF32 switch, expanded (stride 0) operands and linear's gradients through them.
 // Skipped without a GPU.
 #include <doctest/doctest.h>
 
@@ -145,6 +145,36 @@ TEST_CASE("linear on misaligned views falls back to bmm + add and still matches"
   Tensor x = xs.slice(0, 1, 1 + 54).view({9, 6});
   Tensor gx = xs.to(kGpu).slice(0, 1, 1 + 54).view({9, 6});
   CHECK(test::allclose(op::linear(gx, w.to(kGpu), b.to(kGpu)).to(kCPU), op::linear(x, w, b), 1e-4, 1e-4));
+}
+
+TEST_CASE("linear through cuBLASLt on views at 16..240-byte offsets matches the CPU") {
+  KILN_REQUIRE_GPU();
+  // 16-byte aligned but not 256: the heuristic must be told, or it may pick a kernel that
+  // assumes 256-byte alignment. Each offset applied to x, w and out in turn and to all three.
+  const int64_t M = 64, K = 96, N = 80;
+  for (DType t : {kFloat32, kFloat16, kBFloat16}) {
+    const int64_t per16 = 16 / static_cast<int64_t>(element_size(t));
+    Tensor x = random_input({M, K}, t), w = random_input({N, K}, t), b = random_input({N}, t);
+    Tensor want = op::linear(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64));
+    for (int64_t bytes = 16; bytes <= 240; bytes += 16) {
+      const int64_t off = bytes / 16 * per16;
+      for (int which = 0; which < 4; ++which) {
+        auto at_offset = [&](const Tensor& src, bool shift) {
+          const int64_t o = shift ? off : 0;
+          Tensor buf = empty({o + src.numel()}, dtype(t).device(kGpu));
+          Tensor v = buf.narrow(0, o, src.numel()).view(src.sizes());
+          v.copy_(src.to(kGpu));
+          return v;
+        };
+        Tensor gx = at_offset(x, which == 0 || which == 3), gw = at_offset(w, which == 1 || which == 3);
+        Tensor gout = at_offset(zeros({M, N}, dtype(t)), which == 2 || which == 3);
+        kernels::linear[kGpu](gout, gx, gw, b.to(kGpu));
+        const double tol = gemm_tolerance(t);
+        CHECK_MESSAGE(test::allclose(gout.to(kCPU).to(kFloat64), want, tol, tol),
+                      fmt::format("linear {} at a {}-byte offset (operand {})", t, bytes, which));
+      }
+    }
+  }
 }
 
 TEST_CASE("TF32 is used only when the f32 matmul precision is \"high\"") {

@@ -1,11 +1,12 @@
 // The GEMM operand decisions without a GPU: expanded (stride 0) and overlapping matrices are
 // refused (copied by the caller) instead of given a raised leading dimension; row- and
-// column-major matrices and size-1 dimensions are read in place.
+// column-major matrices and size-1 dimensions are read in place; pointer alignments for cuBLASLt.
 #include <doctest/doctest.h>
 
 #include "cuda/gemm_layout.h"
 
 using kiln::cuda::blas_layout;
+using kiln::cuda::gemm_pointer_alignment;
 
 TEST_CASE("row- and column-major matrices are read in place with their own leading dimension") {
   auto rm = blas_layout(4, 6, 6, 1);
@@ -47,4 +48,16 @@ TEST_CASE("a dimension of size 1 puts no constraint on its stride") {
   REQUIRE(strided_col);
   CHECK(!strided_col->transposed);
   CHECK(strided_col->ld == 3);
+}
+
+TEST_CASE("pointer alignment is the largest power of two up to 256 dividing the address") {
+  CHECK(gemm_pointer_alignment(0) == 256);
+  CHECK(gemm_pointer_alignment(0x10000) == 256);
+  CHECK(gemm_pointer_alignment(0x10000 + 16) == 16);
+  CHECK(gemm_pointer_alignment(0x10000 + 128) == 128);
+  CHECK(gemm_pointer_alignment(0x10000 + 240) == 16);
+  CHECK(gemm_pointer_alignment(0x10000 + 96) == 32);
+  CHECK(gemm_pointer_alignment(0x10000 + 4) == 4);
+  CHECK(gemm_pointer_alignment(0x10001) == 1);
+  for (uintptr_t off = 16; off <= 240; off += 16) CHECK(gemm_pointer_alignment(0x40000 + off) < 256);
 }
