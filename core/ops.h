@@ -179,6 +179,16 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
+// ---- sorting and scans (core/ops/sort.cc)
+/// Values and i64 indices sorted along `dim` (stable; NaN sorts as the largest value).
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+/// The k largest (or smallest) values along `dim` and their indices, in sorted order.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+/// Running sum / product along `dim`.
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor cumprod(const Tensor& x, int64_t dim);
+
 // ---- rearranging (core/ops/rearrange.cc)
 /// Reverses the order of elements along each of `dims` (a copy, as torch.flip).
 Tensor flip(const Tensor& x, const IntList& dims);

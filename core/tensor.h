@@ -153,6 +153,9 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
   Tensor flip(const IntList& dims) const;
   Tensor roll(const IntList& shifts, const IntList& dims = {}) const;
   Tensor repeat(const IntList& repeats) const;

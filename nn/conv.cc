@@ -12,6 +12,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, const IntList& kernel, Conv2dOptions opt
   KILN_CHECK(options.groups > 0 && in % options.groups == 0 && out % options.groups == 0,
              "Conv2d: groups={} must divide in_channels={} and out_channels={}", options.groups, in, out);
   KILN_CHECK(kernel.size() == 1 || kernel.size() == 2, "Conv2d: kernel_size must have 1 or 2 values, got {}", kernel);
+  if (!options.padding_mode_str.empty()) parse_conv_padding(options.padding_mode_str, "Conv2d");
   const int64_t kh = kernel[0], kw = kernel.size() == 2 ? kernel[1] : kernel[0];
   weight = register_parameter("weight", empty({out, in / options.groups, kh, kw}));
   init::kaiming_uniform_(weight, std::sqrt(5.0));
@@ -24,8 +25,8 @@ Conv2d::Conv2d(int64_t in, int64_t out, const IntList& kernel, Conv2dOptions opt
 
 Tensor Conv2d::forward(const Tensor& x) {
   if (!options.padding_mode_str.empty())
-    return conv2d(x, weight, bias, options.stride, options.padding_mode_str.c_str(), options.dilation,
-                  options.groups);
+    return conv2d(x, weight, bias, options.stride, parse_conv_padding(options.padding_mode_str, "Conv2d"),
+                  options.dilation, options.groups);
   return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
 }
 

@@ -75,14 +75,16 @@ class Upsample : public Module {
 
 class MaxPool2d : public Module {
  public:
-  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false)
+  /// (dilation comes last here, so that existing positional ceil_mode arguments keep their meaning)
+  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false,
+                     IntList dilation = {1, 1})
       : Module("MaxPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)),
-        ceil_mode_(ceil_mode) {}
-  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, ceil_mode_); }
-  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_); }
+        dilation_(std::move(dilation)), ceil_mode_(ceil_mode) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}, dilation={}", kernel_, dilation_); }
 
  private:
-  IntList kernel_, stride_, padding_;
+  IntList kernel_, stride_, padding_, dilation_;
   bool ceil_mode_;
 };
 

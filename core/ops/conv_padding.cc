@@ -1,18 +1,22 @@
 // conv2d with PyTorch's string padding: "valid" (none) and "same" (the output keeps the input's
 // size at stride 1; an odd total padding puts the extra row/column at the bottom/right, as
 // PyTorch does, by padding the input explicitly).
-#include <string_view>
+#include <string>
 
 #include "core/conv.h"
 #include "core/ops.h"
 
 namespace kiln {
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const IntList& stride, const char* padding,
+ConvPadding parse_conv_padding(const std::string& s, const char* op) {
+  if (s == "same") return ConvPadding::same;
+  KILN_CHECK(s == "valid", "{}: padding must be \"same\", \"valid\" or sizes, got \"{}\"", op, s);
+  return ConvPadding::valid;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const IntList& stride, ConvPadding padding,
               const IntList& dilation, int64_t groups) {
-  const std::string_view mode = padding == nullptr ? "" : padding;
-  if (mode == "valid") return conv2d(x, w, bias, stride, {0, 0}, dilation, groups);
-  KILN_CHECK(mode == "same", "conv2d: padding must be \"same\", \"valid\" or sizes, got \"{}\"", mode);
+  if (padding == ConvPadding::valid) return conv2d(x, w, bias, stride, {0, 0}, dilation, groups);
   const Conv2dParams p = make_conv2d_params(stride, {0, 0}, dilation, groups);
   KILN_CHECK(p.stride[0] == 1 && p.stride[1] == 1, "conv2d: padding=\"same\" needs stride 1, got {}", stride);
   KILN_CHECK(w.dim() == 4, "conv2d: weight must be [Cout, Cin / groups, KH, KW], got shape {}", w.sizes());

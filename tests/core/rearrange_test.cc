@@ -107,11 +107,12 @@ TEST_CASE("einsum against matmul, transpose, sums and an outer product; bad equa
 
 TEST_CASE("conv2d padding \"same\" keeps the size (even kernels pad bottom/right), \"valid\" pads nothing") {
   Tensor x = randn({1, 1, 5, 6}, kFloat64), w = randn({2, 1, 2, 3}, kFloat64);
-  Tensor same = conv2d(x, w, {}, {1, 1}, "same");
+  Tensor same = conv2d(x, w, {}, {1, 1}, ConvPadding::same);
   CHECK(same.sizes() == Shape{1, 2, 5, 6});
   // Total padding (1, 2): top 0 / bottom 1, left 1 / right 1, as PyTorch.
   CHECK_ALLCLOSE(same, conv2d(pad(x, {1, 1, 0, 1}), w), 1e-12, 1e-12);
-  CHECK(conv2d(x, w, {}, {1, 1}, "valid").sizes() == Shape{1, 2, 4, 4});
-  CHECK_THROWS_WITH(conv2d(x, w, {}, {2, 2}, "same"), doctest::Contains("needs stride 1"));
-  CHECK_THROWS_WITH(conv2d(x, w, {}, {1, 1}, "full"), doctest::Contains("\"same\", \"valid\""));
+  CHECK(conv2d(x, w, {}, {1, 1}, ConvPadding::valid).sizes() == Shape{1, 2, 4, 4});
+  CHECK_THROWS_WITH(conv2d(x, w, {}, {2, 2}, ConvPadding::same), doctest::Contains("needs stride 1"));
+  CHECK_THROWS_WITH(parse_conv_padding("full"), doctest::Contains("\"same\", \"valid\""));
+  CHECK_THROWS_WITH(conv2d(x, w, {}, {1}, {0}, {1}, 3), doctest::Contains("groups"));  // braces still mean sizes
 }
