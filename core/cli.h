@@ -27,7 +27,8 @@ CLI::Validator range(T min, T max) {
     T v{};
     if constexpr (std::is_integral_v<T>) {
       auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-      if (ec == std::errc::result_out_of_range) return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, s);
+      if (ec == std::errc::result_out_of_range)
+        return fmt::format("expects an integer in [{}, {}], got '{}'", min, max, s);
       if (s.empty() || ec != std::errc() || end != s.data() + s.size())
         return fmt::format("expects an integer, got '{}'", s);
     } else {
