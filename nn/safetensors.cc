@@ -254,7 +254,10 @@ SafetensorsContents load_safetensors(const std::string& path) {
     const std::string dtype_text = dtype.get<std::string>();
     bool known = false;
     for (const DTypeName& d : kDTypes)
-      if (dtype_text == d.name) { e.dtype = d.dtype; known = true; }
+      if (dtype_text == d.name) {
+        e.dtype = d.dtype;
+        known = true;
+      }
     if (!known) {
       for (const char* foreign : kForeignDTypes)
         if (dtype_text == foreign)
@@ -302,8 +305,7 @@ SafetensorsContents load_safetensors(const std::string& path) {
     if (e->end > data_size)
       bad(fmt::format("tensor {} has data_offsets [{}, {}] past the end of the {}-byte data section (truncated?)",
                       quote(e->name), e->begin, e->end, data_size));
-    if (e->begin < expected)
-      bad(fmt::format("tensors {} and {} overlap", quote(prev->name), quote(e->name)));
+    if (e->begin < expected) bad(fmt::format("tensors {} and {} overlap", quote(prev->name), quote(e->name)));
     if (e->begin > expected)
       bad(fmt::format("{} unused bytes before tensor {} (data_offsets must be contiguous)", e->begin - expected,
                       quote(e->name)));

@@ -54,10 +54,10 @@ TEST_CASE("safetensors headers are strict JSON: duplicate keys, deep nesting and
   };
   // Duplicate keys, at the top and inside a tensor and the metadata, name the key.
   const std::string entry = R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
-  for (const auto& [header, key] :
-       std::vector<std::pair<std::string, std::string>>{{"{\"a\":" + entry + ",\"a\":" + entry + "}", "\"a\""},
-                                                        {R"({"a":{"dtype":"F32","dtype":"F64","shape":[0],"data_offsets":[0,0]}})", "\"dtype\""},
-                                                        {R"({"__metadata__":{"k":"1","k":"2"}})", "\"k\""}}) {
+  for (const auto& [header, key] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"a\":" + entry + ",\"a\":" + entry + "}", "\"a\""},
+           {R"({"a":{"dtype":"F32","dtype":"F64","shape":[0],"data_offsets":[0,0]}})", "\"dtype\""},
+           {R"({"__metadata__":{"k":"1","k":"2"}})", "\"k\""}}) {
     CAPTURE(header);
     std::string msg = message(header);
     CHECK_MESSAGE(contains(msg, path), msg);
@@ -73,8 +73,8 @@ TEST_CASE("safetensors headers are strict JSON: duplicate keys, deep nesting and
   CHECK_MESSAGE(contains(msg, "expected a string"), msg);
   // Not JSON, or JSON's sloppier cousins: each refused as invalid JSON, naming the file.
   for (const char* bad : {R"({"a":1,})", R"({"a":1 "b":2})", R"({"a":[01]})", "{'a':1}", R"({"a":tru})",
-                          "{\"a\":\"\x01\"}", "{\"\xff\":1}", "{\"\xc0\xaf\":1}", R"({"\ud800":1})",
-                          R"({"a":NaN})", R"({} x)", R"({"a":1 /* c */})", R"({"a":[1,2})", R"({"abc)"}) {
+                          "{\"a\":\"\x01\"}", "{\"\xff\":1}", "{\"\xc0\xaf\":1}", R"({"\ud800":1})", R"({"a":NaN})",
+                          R"({} x)", R"({"a":1 /* c */})", R"({"a":[1,2})", R"({"abc)"}) {
     CAPTURE(bad);
     msg = message(bad);
     CHECK_MESSAGE(contains(msg, "not valid JSON"), msg);
