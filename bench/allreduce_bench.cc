@@ -91,16 +91,10 @@ int main(int argc, char** argv) {
   int nproc = 2;
   int64_t max_bytes = int64_t{64} << 20;
   std::string backend = "gloo";
-  CLI::App app("All-reduce algbw/busbw over sizes from 4 B to --max-bytes.", "allreduce_bench");
-  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")
-      ->check(cli::range(1, 256))
-      ->capture_default_str();
-  app.add_option("--max-bytes", max_bytes, "largest message in bytes")
-      ->check(cli::range<int64_t>(4, int64_t{1} << 40))
-      ->capture_default_str();
-  app.add_option("--backend", backend, "process group backend")
-      ->check(cli::one_of({"gloo", "nccl"}))
-      ->capture_default_str();
+  cli::App app("All-reduce algbw/busbw over sizes from 4 B to --max-bytes.", "allreduce_bench");
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--max-bytes", max_bytes, "largest message in bytes")->check(cli::range<int64_t>(4, int64_t{1} << 40));
+  app.add_option("--backend", backend, "process group backend")->check(cli::one_of({"gloo", "nccl"}));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (backend == "nccl" && !dist::launched_with_world() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"allreduce\", \"skipped\": \"no CUDA device\"}\n");

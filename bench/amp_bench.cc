@@ -129,18 +129,15 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   int steps = 10, blocks = 3;
   std::vector<std::string> models = {"mlp", "cnn", "wide_mlp"};
-  CLI::App app("Mixed-precision step time and peak memory: f32 against bf16 and f16 autocast.", "amp_bench");
-  app.add_option("--device", device, "cpu|cuda|cuda:N")
-      ->check(cli::accepted_by([](const std::string& s) { (void)Device(s); }))
-      ->capture_default_str();
-  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000))->capture_default_str();
-  app.add_option("--blocks", blocks, "timed blocks (the median is reported)")
-      ->check(cli::range(1, 10000))
-      ->capture_default_str();
+  cli::App app("Mixed-precision step time and peak memory: f32 against bf16 and f16 autocast.", "amp_bench");
+  app.add_option("--device", device, "cpu|cuda|cuda:N")->check(cli::accepted_by([](const std::string& s) {
+    (void)Device(s);
+  }));
+  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--blocks", blocks, "timed blocks (the median is reported)")->check(cli::range(1, 10000));
   app.add_option("--models", models, "comma-separated models")
       ->delimiter(',')
-      ->check(cli::one_of({"mlp", "cnn", "wide_mlp", "wide_cnn"}))
-      ->capture_default_str();
+      ->check(cli::one_of({"mlp", "cnn", "wide_mlp", "wide_cnn"}));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const Device dev(device);
   if (dev.is_cuda() && !bench::cuda_device_present()) {

@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   fmt::print("kiln core_bench: {} threads, Eigen {}.{}.{}\n\n", get_num_threads(), EIGEN_WORLD_VERSION,
              EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
   std::string reference;
-  CLI::App app("Kiln's core ops against Eigen: GEMM GFLOP/s and memory-bound GB/s.", "core_bench");
+  cli::App app("Kiln's core ops against Eigen: GEMM GFLOP/s and memory-bound GB/s.", "core_bench");
   app.add_option("eigen_reference", reference,
                  "the bench/eigen_gemm_reference binary (bench/BUILD passes it; optional when run by hand)")
       ->check(CLI::ExistingFile);

@@ -106,14 +106,10 @@ void run(int steps, int blocks) {
 
 int main(int argc, char** argv) {
   int nproc = 2, steps = 20, blocks = 5;
-  CLI::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
-  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")
-      ->check(cli::range(1, 256))
-      ->capture_default_str();
-  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000))->capture_default_str();
-  app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")
-      ->check(cli::range(1, 10000))
-      ->capture_default_str();
+  cli::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")->check(cli::range(1, 10000));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (dist::launched_with_world()) {
     run(steps, blocks);

@@ -23,7 +23,7 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 int main(int argc, char** argv) {
   int threads = 1;
   std::vector<long> dims;
-  CLI::App app("Eigen's own OpenMP GEMM GFLOP/s per MxKxN shape, as one JSON line.", "eigen_gemm_reference");
+  kiln::cli::App app("Eigen's own OpenMP GEMM GFLOP/s per MxKxN shape, as one JSON line.", "eigen_gemm_reference");
   app.add_option("threads", threads, "OpenMP threads")->required()->check(kiln::cli::range(1, 4096));
   app.add_option("dims", dims, "M K N [M K N ...]")->required()->check(kiln::cli::range(1L, 1L << 20));
   if (int rc = kiln::cli::parse(app, argc, argv); rc >= 0) return rc;

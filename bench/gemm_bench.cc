@@ -45,11 +45,10 @@ double time_ms(const std::function<void()>& f, int iters) {
 
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {1024, 2048, 4096, 8192};
-  CLI::App app("CUDA GEMM TFLOP/s of Kiln's matmul and linear in f32, TF32, bf16 and f16.", "gemm_bench");
+  cli::App app("CUDA GEMM TFLOP/s of Kiln's matmul and linear in f32, TF32, bf16 and f16.", "gemm_bench");
   app.add_option("--sizes", sizes, "comma-separated square sizes")
       ->delimiter(',')
-      ->check(cli::range<int64_t>(1, 65536))
-      ->capture_default_str();
+      ->check(cli::range<int64_t>(1, 65536));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"gemm_bench\", \"skipped\": \"no CUDA device\"}\n");

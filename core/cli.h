@@ -17,6 +17,14 @@
 
 namespace kiln::cli {
 
+/// A CLI11 app whose --help shows every option's default value.
+class App : public CLI::App {
+ public:
+  App(std::string description, std::string name) : CLI::App(std::move(description), std::move(name)) {
+    option_defaults()->always_capture_default();
+  }
+};
+
 /// A CLI11 check: the value is a base-10 integer (for integral T) or a finite number (for
 /// floating T) in [min, max]. Messages: "--epochs: expects an integer, got 'three'",
 /// "--epochs: must be in [1, 1000], got 0".

@@ -24,19 +24,14 @@ void declare(CLI::App& app, LaunchOptions& o) {
   app.description(kDescription);
   app.footer(kFooter);
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "processes on this node")
-      ->check(cli::range(1, 65536))
-      ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(cli::range(1, 65536))->capture_default_str();
-  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index, 0..nnodes-1")
-      ->check(cli::range(0, 65535))
-      ->capture_default_str();
-  app.add_option("--master-addr,--master_addr", o.master_addr, "host running rank 0's store")->capture_default_str();
+      ->check(cli::range(1, 65536));
+  app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(cli::range(1, 65536));
+  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index, 0..nnodes-1")->check(cli::range(0, 65535));
+  app.add_option("--master-addr,--master_addr", o.master_addr, "host running rank 0's store");
   app.add_option("--master-port,--master_port", o.master_port, "its port (0: a free port; required when nnodes > 1)")
-      ->check(cli::range(0, 65535))
-      ->capture_default_str();
+      ->check(cli::range(0, 65535));
   app.add_option("--kill-grace,--kill_grace", o.kill_grace_s, "seconds ranks get to exit after SIGTERM before SIGKILL")
-      ->check(cli::range(0.0, 1e6))
-      ->capture_default_str();
+      ->check(cli::range(0.0, 1e6));
   // The first argument that is not one of these flags starts the program's command line.
   app.prefix_command();
 }
@@ -44,7 +39,7 @@ void declare(CLI::App& app, LaunchOptions& o) {
 }  // namespace
 
 std::string launch_usage() {
-  CLI::App app("", "launch");
+  cli::App app("", "launch");
   LaunchOptions o;
   declare(app, o);
   return app.help();
@@ -52,7 +47,7 @@ std::string launch_usage() {
 
 std::optional<LaunchOptions> parse_launch_args(const std::vector<std::string>& args) {
   LaunchOptions o;
-  CLI::App app("", "launch");
+  cli::App app("", "launch");
   declare(app, o);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {

@@ -32,52 +32,36 @@ struct Flags {
   CLI::Option* lr = nullptr;
 
   void declare(CLI::App& app) {
-    app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}))->capture_default_str();
-    app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::range<int64_t>(1, 1000))->capture_default_str();
-    app.add_option("--batch-size", c.batch_size, "batch size")
-        ->check(cli::range<int64_t>(1, 1 << 20))
-        ->capture_default_str();
+    app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}));
+    app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::range<int64_t>(1, 1000));
+    app.add_option("--batch-size", c.batch_size, "batch size")->check(cli::range<int64_t>(1, 1 << 20));
     lr = app.add_option("--lr", c.lr, "learning rate (default 0.05 for sgd, 1e-3 for adam/adamw)")
              ->check(cli::range(0.0, 100.0));
     app.add_option("--optimizer", c.optimizer, "optimizer (sgd: with momentum 0.9)")
-        ->check(cli::one_of({"sgd", "adam", "adamw"}))
-        ->capture_default_str();
+        ->check(cli::one_of({"sgd", "adam", "adamw"}));
     app.add_option("--schedule", c.schedule, "learning-rate schedule over the run (cosine: per step)")
-        ->check(cli::one_of({"cosine", "constant"}))
-        ->capture_default_str();
-    app.add_option("--seed", c.seed, "seed for init and data order")
-        ->check(cli::range<int64_t>(0, INT64_MAX))
-        ->capture_default_str();
-    app.add_option("--threads", c.threads, "CPU threads (0: all cores)")
-        ->check(cli::range(0, 1024))
-        ->capture_default_str();
+        ->check(cli::one_of({"cosine", "constant"}));
+    app.add_option("--seed", c.seed, "seed for init and data order")->check(cli::range<int64_t>(0, INT64_MAX));
+    app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
     app.add_option("--device", device, "cpu|cuda|cuda:N (default: the best present)")
         ->check(cli::accepted_by([](const std::string& s) { (void)Device(s); }));
-    app.add_option("--data-dir", c.data_dir, "Fashion-MNIST/MNIST IDX files")->capture_default_str();
+    app.add_option("--data-dir", c.data_dir, "Fashion-MNIST/MNIST IDX files");
     app.add_option("--save", c.save, "checkpoint after every epoch (safetensors)");
     app.add_option("--resume", c.resume, "continue the run saved in this file");
     app.add_option("--stop-after-epochs", c.stop_after_epochs,
                    "stop after N epochs of this invocation (resume later with --resume; 0: never)")
-        ->check(cli::range<int64_t>(0, 1000))
-        ->capture_default_str();
+        ->check(cli::range<int64_t>(0, 1000));
     app.add_option("--limit-train", c.limit_train, "use only the first N training images (0: all)")
-        ->check(cli::range<int64_t>(0, INT64_MAX))
-        ->capture_default_str();
+        ->check(cli::range<int64_t>(0, INT64_MAX));
     app.add_option("--log-every", c.log_every, "steps between progress lines")
-        ->check(cli::range<int64_t>(1, INT64_MAX))
-        ->capture_default_str();
+        ->check(cli::range<int64_t>(1, INT64_MAX));
     app.add_option("--workers", c.workers, "data loader worker threads (0: batches gathered inline)")
-        ->check(cli::range(0, 64))
-        ->capture_default_str();
-    app.add_option("--amp", c.amp, "mixed precision")
-        ->check(cli::one_of({"none", "f16", "bf16"}))
-        ->capture_default_str();
+        ->check(cli::range(0, 64));
+    app.add_option("--amp", c.amp, "mixed precision")->check(cli::one_of({"none", "f16", "bf16"}));
     app.add_option("--amp-mode", c.amp_mode, "o1: f32 model under autocast; o2: the model in f16/bf16")
-        ->check(cli::one_of({"o1", "o2"}))
-        ->capture_default_str();
+        ->check(cli::one_of({"o1", "o2"}));
     app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
-        ->check(cli::one_of({"highest", "high"}))
-        ->capture_default_str();
+        ->check(cli::one_of({"highest", "high"}));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
   }
 
@@ -97,7 +81,7 @@ struct Flags {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Trains an MLP or a CNN on Fashion-MNIST on the best device present.", "mnist");
+  cli::App app("Trains an MLP or a CNN on Fashion-MNIST on the best device present.", "mnist");
   app.footer(kAmpNotes);
   Flags flags;
   flags.declare(app);
