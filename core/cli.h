@@ -17,11 +17,12 @@
 
 namespace kiln::cli {
 
-/// A CLI11 app whose --help shows every option's default value.
+/// A CLI11 app whose --help shows every option's default value, and where a flag given twice
+/// takes its last value (as Kiln's hand-written parsers did).
 class App : public CLI::App {
  public:
   App(std::string description, std::string name) : CLI::App(std::move(description), std::move(name)) {
-    option_defaults()->always_capture_default();
+    option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
