@@ -27,7 +27,7 @@ expect "$ddp" "--nproc: expects an integer, got '2x'" -- --nproc 2x
 expect "$ddp" "not expected" -- --repeats 3
 expect "$amp" "--models: must be one of mlp|cnn|wide_mlp|wide_cnn, got 'resnet'" -- --models mlp,resnet
 expect "$amp" "--device: Device: unknown device 'tpu'" -- --device tpu
-expect "$amp" "--steps: expects an integer, got ''" -- --steps=
+expect "$amp" "--steps: 1 required" -- --steps=
 expect "$allreduce" "--backend: must be one of gloo|nccl, got 'mpi'" -- --backend mpi
 expect "$allreduce" "--max-bytes: expects an integer, got '1e3'" -- --max-bytes 1e3
 expect "$core" "eigen_reference: File does not exist: /nonexistent/eigen" -- /nonexistent/eigen
