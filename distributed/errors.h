@@ -31,3 +31,8 @@ class PeerError : public Error {
 }
 
 }  // namespace kiln::dist
+
+/// KILN_DIST_FAIL(TimeoutError, "fmt", args...): throws kiln::dist::TimeoutError (or PeerError)
+/// with the formatted message and the file:line it was thrown from.
+#define KILN_DIST_FAIL(TYPE, ...) \
+  throw ::kiln::dist::TYPE(::kiln::detail::with_location(fmt::format(__VA_ARGS__), __FILE__, __LINE__))

@@ -108,8 +108,8 @@ void join_barrier(Store& store, const std::string& ctx, const Ranks& r, Millis t
     } catch (const Error&) {
     }
     rethrow_as(e, fmt::format("{}: only {} of {} ranks joined within {} ms (this is rank {}; {}): {}", ctx,
-                              joined < 0 ? std::string("?") : std::to_string(joined), r.world_size,
-                              timeout.count(), r.rank, where, e.what()));
+                              joined < 0 ? std::string("?") : std::to_string(joined), r.world_size, timeout.count(),
+                              r.rank, where, e.what()));
   }
 }
 

@@ -71,6 +71,7 @@ TEST_CASE("wait and get time out with a message naming the keys, the timeout and
   CHECK(waited >= 290ms);
   CHECK(waited < 30s);
   CHECK_THROWS_AS(store.wait({"nope"}, 50ms), TimeoutError);
+  CHECK(contains(msg, "[distributed/tcp_store.cc:"));  // where it was thrown
 
   store.set_timeout(200ms);
   msg = error_of([&] { store.get("never"); });
