@@ -9,12 +9,29 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <gloo/common/error.h>
+
+#include <string_view>
+
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
+#include "distributed/errors.h"
 
 namespace kiln::dist {
 namespace {
+
+/// Throws `message` as TimeoutError when `cause` is a timeout (Kiln's or Gloo's "Timed out
+/// waiting"), PeerError when a peer went away (Kiln's, or any other Gloo I/O error: a closed or
+/// reset connection), else kiln::Error.
+[[noreturn]] void rethrow_classified(const std::exception& cause, std::string message) {
+  if (dynamic_cast<const gloo::IoException*>(&cause)) {
+    if (std::string_view(cause.what()).find("Timed out") != std::string_view::npos)
+      throw TimeoutError(std::move(message));
+    throw PeerError(std::move(message));
+  }
+  rethrow_as(cause, std::move(message));
+}
 
 // Gloo's rendezvous talks to Kiln's store.
 class GlooStore final : public gloo::rendezvous::Store {
@@ -99,8 +116,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   try {
     context->connectFullMesh(gloo_store, device);
   } catch (const std::exception& e) {
-    fail("ProcessGroupGloo: rank {} of {} could not connect to its peers at {}: {}", rank, size,
-         options.iface.empty() ? options.hostname : options.iface, e.what());
+    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} could not connect to its peers at {}: {}", rank,
+                                      size, options.iface.empty() ? options.hostname : options.iface, e.what()));
   }
   context_ = context;
   arrivals_ = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress", store_), rank, size,
@@ -114,8 +131,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     o.setTimeout(options.timeout);
     gloo::barrier(o);
   } catch (const std::exception& e) {
-    fail("ProcessGroupGloo: rank {} of {} connected, but not every peer finished connecting: {}", rank, size,
-         e.what());
+    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} connected, but not every peer finished "
+                                      "connecting: {}", rank, size, e.what()));
   }
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
   worker_ = std::thread([this] { worker_loop(); });
@@ -152,7 +169,11 @@ WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Tas
 void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
   double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
   std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
-  task.work->finish(std::make_exception_ptr(Error(msg)));
+  try {
+    rethrow_classified(e, std::move(msg));  // the caller of wait() gets the same kind of error
+  } catch (...) {
+    task.work->finish(std::current_exception());
+  }
 }
 
 void ProcessGroupGloo::worker_loop() {
