@@ -1,0 +1,300 @@
+// Pipeline parallel: stage construction, the first-step shape negotiation, and the schedule
+// runner. Receives are posted at the start of a step in the order the schedule waits for them
+// (the Gloo backend completes posted receives in posting order), so every transfer can land
+// while the stage computes.
+#include "distributed/pipeline.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops.h"
+#include "distributed/init.h"
+
+namespace kiln::dist {
+namespace {
+
+constexpr int kMaxDims = 8;
+constexpr int kHeaderLen = 3 + kMaxDims;  // status, dtype, ndim, dims
+constexpr int kGradTag = 1 << 16;         // + micro-batch; activations use the micro-batch index
+constexpr int kHeaderTag = 1 << 20;
+constexpr int kMessageLen = 768;          // characters of a first-step error shared with all stages
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Restores a module's training flag when the dry run ends, however it ends.
+struct EvalGuard {
+  nn::Module& m;
+  bool was;
+  explicit EvalGuard(nn::Module& mod) : m(mod), was(mod.is_training()) { m.eval(); }
+  ~EvalGuard() { m.train(was); }
+};
+
+Tensor encode_message(const std::string& msg) {
+  Tensor t = zeros({kMessageLen}, kInt32);
+  int32_t* p = t.data_ptr<int32_t>();
+  for (size_t i = 0; i < msg.size() && i + 1 < kMessageLen; ++i) p[i] = static_cast<unsigned char>(msg[i]);
+  return t;
+}
+
+std::string decode_message(const Tensor& t) {
+  std::string s;
+  const int32_t* p = t.data_ptr<int32_t>();
+  for (int i = 0; i < kMessageLen && p[i] != 0; ++i) s.push_back(static_cast<char>(p[i]));
+  return s;
+}
+
+}  // namespace
+
+struct Pipeline::Micro {
+  Tensor input;   // stage 0: the slice of the batch; later stages: the received activation (a leaf)
+  Tensor output;  // what backward starts from: the stage's output, or the scaled loss on the last
+  Tensor grad;    // the received gradient of `output`
+  WorkPtr act_recv, grad_recv;
+};
+
+std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages) {
+  const int n = static_cast<int>(layer_params.size());
+  KILN_CHECK(stages >= 1 && stages <= n, "balanced_boundaries: {} stages for {} layers", stages, n);
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
+  // best[k][i]: the smallest possible largest stage when the first i layers form k stages.
+  const int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf) continue;
+        int64_t cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (cost < best[k][i]) {
+          best[k][i] = cost;
+          cut[k][i] = j;
+        }
+      }
+  std::vector<int> b(stages + 1);
+  b[stages] = n;
+  for (int k = stages, i = n; k > 0; --k) i = b[k - 1] = cut[k][i];
+  return b;
+}
+
+Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options)
+    : pg_(std::move(pg)), options_(std::move(options)) {
+  KILN_CHECK(model != nullptr, "Pipeline: the model is null");
+  KILN_CHECK(pg_ != nullptr, "Pipeline: the process group is null");
+  const int n = static_cast<int>(model->size()), p = pg_->size(), s = pg_->rank();
+  KILN_CHECK(options_.micro_batches >= 1, "Pipeline: micro_batches must be at least 1, got {}",
+             options_.micro_batches);
+  KILN_CHECK(p <= n, "Pipeline: {} stages but the model has only {} layers (each stage needs at least one layer)", p,
+             n);
+  if (options_.boundaries.empty()) {
+    std::vector<int64_t> counts;
+    for (size_t i = 0; i < model->size(); ++i) counts.push_back((*model)[i]->num_parameters());
+    boundaries_ = balanced_boundaries(counts, p);
+  } else {
+    boundaries_ = options_.boundaries;
+    bool ok = static_cast<int>(boundaries_.size()) == p + 1 && boundaries_.front() == 0 && boundaries_.back() == n;
+    for (int k = 0; ok && k < p; ++k) ok = boundaries_[k] < boundaries_[k + 1];
+    KILN_CHECK(ok,
+               "Pipeline: boundaries {} do not split {} layers into {} stages (need {} strictly increasing indices "
+               "from 0 to {})",
+               boundaries_, n, p, p + 1, n);
+  }
+  stage_ = std::make_shared<nn::Sequential>();
+  for (int i = boundaries_[s]; i < boundaries_[s + 1]; ++i) stage_->push_back((*model)[i]);
+  stage_->to(options_.device);
+  const int m = options_.micro_batches;
+  if (m < p && s == 0)
+    fmt::print(stderr,
+               "Pipeline warning: {} micro-batches for {} stages: the bubble, (p-1)/(m+p-1) = {:.0f}% of each step, "
+               "dominates; use at least {} micro-batches (several times more is better)\n",
+               m, p, 100.0 * (p - 1) / (m + p - 1), p);
+}
+
+std::string Pipeline::global_name(const std::string& local) const {
+  size_t dot = local.find('.');
+  int i = std::stoi(local.substr(0, dot));
+  return std::to_string(boundaries_[stage()] + i) + (dot == std::string::npos ? "" : local.substr(dot));
+}
+
+std::string Pipeline::local_name(const std::string& global) const {
+  size_t dot = global.find('.');
+  int i = std::stoi(global.substr(0, dot));
+  if (i < boundaries_[stage()] || i >= boundaries_[stage() + 1]) return "";
+  return std::to_string(i - boundaries_[stage()]) + (dot == std::string::npos ? "" : global.substr(dot));
+}
+
+void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                         const PipelineLoss& loss, std::string err) {
+  const int s = stage(), p = num_stages();
+  const std::string who =
+      fmt::format("stage {} (rank {}, layers [{}, {}))", s, get_rank(), boundaries_[s], boundaries_[s + 1]);
+  bool upstream_failed = false;
+  Tensor x;
+  if (s == 0) {
+    if (err.empty()) x = inputs[0];
+  } else {
+    Tensor h = zeros({kHeaderLen}, kInt64);
+    pg_->recv(h, s - 1, kHeaderTag)->wait();
+    const int64_t* v = h.data_ptr<int64_t>();
+    upstream_failed = v[0] != 0;
+    if (!upstream_failed) {
+      in_dtype_ = static_cast<DType>(v[1]);
+      in_shape_ = Shape(v + 3, v + 3 + v[2]);
+      x = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
+    }
+  }
+  Tensor out;
+  if (err.empty() && !upstream_failed) {
+    try {
+      NoGradGuard no_grad;
+      EvalGuard eval(*stage_);
+      out = stage_->forward(x);
+      if (is_last()) {
+        Tensor l = loss(out, targets[0]);
+        KILN_CHECK(l.numel() == 1, "the loss gave {} values, not one (it must reduce over the micro-batch)",
+                   l.shape_str());
+      } else {
+        KILN_CHECK(out.is_floating_point(), "its output is {}, but activations sent between stages must be floating "
+                   "to carry gradients", out.dtype());
+        KILN_CHECK(out.dim() <= kMaxDims, "its output has {} dimensions (at most {})", out.dim(), kMaxDims);
+      }
+    } catch (const std::exception& e) {
+      err = fmt::format("Pipeline: {} cannot run on {} {} {}: {}", who,
+                        s == 0 ? "its first micro-batch" : fmt::format("stage {}'s output", s - 1), x.shape_str(),
+                        x.dtype(), e.what());
+    }
+  }
+  if (s < p - 1) {
+    Tensor h = zeros({kHeaderLen}, kInt64);
+    int64_t* v = h.data_ptr<int64_t>();
+    v[0] = (err.empty() && !upstream_failed) ? 0 : 1;
+    if (v[0] == 0) {
+      v[1] = static_cast<int64_t>(out.dtype());
+      v[2] = out.dim();
+      for (int64_t d = 0; d < out.dim(); ++d) v[3 + d] = out.size(d);
+    }
+    pg_->send(h, s + 1, kHeaderTag)->wait();
+  }
+  // Every stage learns every failure, so all of them throw rather than wait on a stopped peer.
+  std::vector<Tensor> all;
+  for (int r = 0; r < p; ++r) all.push_back(zeros({kMessageLen}, kInt32));
+  pg_->allgather(all, encode_message(err))->wait();
+  if (!err.empty()) throw Error(err);
+  for (int r = 0; r < p; ++r) {
+    std::string msg = decode_message(all[r]);
+    if (!msg.empty()) fail("Pipeline: {} stops because stage {} failed the first-step check: {}", who, r, msg);
+  }
+  if (s < p - 1) {
+    out_shape_ = out.sizes();
+    out_dtype_ = out.dtype();
+  }
+  if (s == 0) first_input_shape_ = x.sizes();
+  negotiated_ = true;
+}
+
+double Pipeline::train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss) {
+  const auto t0 = Clock::now();
+  const int m = options_.micro_batches, s = stage(), p = num_stages();
+  std::vector<Tensor> inputs, targets;
+  std::string err;
+  auto split = [&](const Tensor& t, const char* what, std::vector<Tensor>& out) {
+    if (!t.defined() || t.dim() == 0) {
+      err = fmt::format("Pipeline: stage {} (rank {}) needs the batch's {} (a tensor with a batch dimension)", s,
+                        get_rank(), what);
+    } else if (t.size(0) % m != 0) {
+      err = fmt::format("Pipeline: the batch's {} {} does not split into {} micro-batches ({} rows; stage {}, rank {})",
+                        what, t.shape_str(), m, t.size(0), s, get_rank());
+    } else {
+      Tensor d = t.to(options_.device);
+      const int64_t rows = t.size(0) / m;
+      for (int j = 0; j < m; ++j) out.push_back(d.narrow(0, j * rows, rows));
+    }
+  };
+  if (is_first()) split(input, "input", inputs);
+  if (is_last() && err.empty()) split(target, "target", targets);
+  if (!negotiated_) {
+    negotiate(inputs, targets, loss, err);
+  } else {
+    if (!err.empty()) throw Error(err);
+    KILN_CHECK(!is_first() || inputs[0].sizes() == first_input_shape_,
+               "Pipeline: stage 0: micro-batches are {} but the pipeline was set up for {} on its first step (the "
+               "batch shape must stay the same)",
+               inputs[0].shape_str(), shape_str(first_input_shape_));
+  }
+
+  const std::vector<PipelineAction> actions = schedule_actions(options_.schedule, s, p, m);
+  std::vector<Micro> mbs(m);
+  for (const PipelineAction& a : actions) {
+    Micro& mb = mbs[a.micro];
+    if (a.forward && s > 0) {
+      mb.input = empty(in_shape_, dtype(in_dtype_).device(options_.device));
+      mb.act_recv = pg_->recv(mb.input, s - 1, a.micro);
+    }
+    if (!a.forward && s < p - 1) {
+      mb.grad = empty(out_shape_, dtype(out_dtype_).device(options_.device));
+      mb.grad_recv = pg_->recv(mb.grad, s + 1, kGradTag + a.micro);
+    }
+  }
+
+  std::vector<WorkPtr> sends;
+  double wait = 0, loss_sum = 0;
+  stats_.live_activations = 0;
+  stats_.peak_activations = 0;
+  auto wait_for = [&](const WorkPtr& w) {
+    auto t = Clock::now();
+    w->wait();
+    wait += since(t);
+  };
+  for (const PipelineAction& a : actions) {
+    Micro& mb = mbs[a.micro];
+    if (a.forward) {
+      if (s > 0) {
+        wait_for(mb.act_recv);
+        mb.input.set_requires_grad(true);
+      } else {
+        mb.input = inputs[a.micro];
+      }
+      Tensor out = stage_->forward(mb.input);
+      if (is_last()) {
+        // Each micro-batch's mean loss weighs by its share of the batch: the sum is the batch mean.
+        mb.output = loss(out, targets[a.micro]) * (1.0 / m);
+        loss_sum += mb.output.item<double>();
+      } else {
+        mb.output = out;
+        sends.push_back(pg_->send(out.detach(), s + 1, a.micro));
+      }
+      stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
+    } else {
+      if (is_last()) {
+        autograd::backward({mb.output});
+      } else {
+        wait_for(mb.grad_recv);
+        autograd::backward({mb.output}, {mb.grad});
+      }
+      if (s > 0) {
+        Tensor g = mb.input.grad();
+        if (!g.defined()) g = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
+        sends.push_back(pg_->send(g, s - 1, kGradTag + a.micro));
+      }
+      mb = Micro{};  // frees this micro-batch's activations
+      --stats_.live_activations;
+    }
+  }
+  for (const WorkPtr& w : sends) wait_for(w);
+  ++stats_.steps;
+  stats_.wait_seconds = wait;
+  stats_.step_seconds = since(t0);
+  return is_last() ? loss_sum : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace kiln::dist
