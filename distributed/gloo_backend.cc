@@ -139,7 +139,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 }
 
 WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later) {
-  auto work = std::make_shared<Work>(name, ++next_seq_);
+  // Sends and receives involve two ranks only: numbering them with the collectives would give
+  // the next collective a different sequence number (and Gloo tag) on each rank.
+  auto work = std::make_shared<Work>(name, completes_later ? ++next_p2p_seq_ : ++next_seq_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     KILN_CHECK(!stop_, "{}: the process group is shut down", name);
@@ -151,6 +153,12 @@ WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Tas
 
 void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
   double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
+  if (task.completes_later) {  // point to point: the peer is named by the caller's arguments
+    task.work->finish(std::make_exception_ptr(
+        Error(fmt::format("{} #{} on rank {} failed after {:.1f} s: {}", task.work->name(), task.work->seq(), rank_,
+                          seconds, e.what()))));
+    return;
+  }
   std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
   task.work->finish(std::make_exception_ptr(Error(msg)));
 }
@@ -167,7 +175,7 @@ void ProcessGroupGloo::worker_loop() {
       queue_.pop_front();
     }
     task.work->mark_started();
-    arrivals_->entered(task.work->seq());
+    if (!task.completes_later) arrivals_->entered(task.work->seq());
     try {
       task.run(task);
       if (!task.completes_later) task.work->finish();
