@@ -139,9 +139,10 @@ TEST_CASE("a batch that does not split into m micro-batches stops every stage, n
   }, "pipe_split");
   const std::string msg = "the batch's input [10, 12] does not split into 4 micro-batches (10 rows; stage 0";
   CHECK_MESSAGE(has(errs[0], msg), errs[0]);
-  CHECK_MESSAGE(has(errs[1], "stage 1 (rank 1, layers [1, 3)) stops because stage 0 failed the first-step check: Pipeline: " + msg),
-                errs[1]);
-  CHECK_MESSAGE(has(errs[2], "the batch's target [10] does not split into 4 micro-batches (10 rows; stage 2, rank 2)"), errs[2]);
+  const std::string stops = "stage 1 (rank 1, layers [1, 3)) stops because stage 0 failed the first-step check: ";
+  CHECK_MESSAGE(has(errs[1], stops + "Pipeline: " + msg), errs[1]);
+  CHECK_MESSAGE(has(errs[2], "the batch's target [10] does not split into 4 micro-batches (10 rows; stage 2, rank 2)"),
+                errs[2]);
 }
 
 TEST_CASE("a stage whose input does not fit the previous stage's output stops every stage, naming both") {
@@ -158,7 +159,9 @@ TEST_CASE("a stage whose input does not fit the previous stage's output stops ev
   }, "pipe_shape");
   const std::string msg = "Pipeline: stage 1 (rank 1, layers [2, 3)) cannot run on stage 0's output [4, 16] f32";
   CHECK_MESSAGE(has(errs[1], msg), errs[1]);
-  CHECK_MESSAGE(has(errs[0], "stage 0 (rank 0, layers [0, 2)) stops because stage 1 failed the first-step check: " + msg), errs[0]);
+  CHECK_MESSAGE(
+      has(errs[0], "stage 0 (rank 0, layers [0, 2)) stops because stage 1 failed the first-step check: " + msg),
+      errs[0]);
 }
 
 TEST_CASE("fewer micro-batches than stages trains, with a warning about the bubble") {
