@@ -61,6 +61,27 @@ struct Pipeline::Micro {
   WorkPtr act_recv, grad_recv;
 };
 
+PipelineGroups pipeline_groups(int stages) {
+  const int world = get_world_size(), rank = get_rank();
+  KILN_CHECK(stages >= 1 && world % stages == 0,
+             "pipeline_groups: a world of {} ranks does not split into replicas of {} stages", world, stages);
+  PipelineGroups g;
+  g.stage = rank % stages;
+  g.replica = rank / stages;
+  // Every rank creates every group, in the same order.
+  for (int r = 0; r < world / stages; ++r) {
+    std::vector<int> ranks;
+    for (int s = 0; s < stages; ++s) ranks.push_back(r * stages + s);
+    if (auto pg = new_group(ranks)) g.pipeline = pg;
+  }
+  for (int s = 0; s < stages; ++s) {
+    std::vector<int> ranks;
+    for (int r = 0; r < world / stages; ++r) ranks.push_back(r * stages + s);
+    if (auto pg = new_group(ranks)) g.data = pg;
+  }
+  return g;
+}
+
 std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages) {
   const int n = static_cast<int>(layer_params.size());
   KILN_CHECK(stages >= 1 && stages <= n, "balanced_boundaries: {} stages for {} layers", stages, n);
@@ -112,6 +133,8 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<Proces
   stage_ = std::make_shared<nn::Sequential>();
   for (int i = boundaries_[s]; i < boundaries_[s + 1]; ++i) stage_->push_back((*model)[i]);
   stage_->to(options_.device);
+  if (options_.data_parallel_group && options_.data_parallel_group->size() > 1)
+    ddp_ = std::make_unique<DistributedDataParallel>(stage_, options_.data_parallel_group, options_.ddp);
   const int m = options_.micro_batches;
   if (m < p && s == 0)
     fmt::print(stderr,
@@ -264,7 +287,13 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       } else {
         mb.input = inputs[a.micro];
       }
-      Tensor out = stage_->forward(mb.input);
+      Tensor out;
+      if (ddp_) {
+        auto local = ddp_->no_sync();  // replicas average once, in the step's last backward
+        out = ddp_->forward(mb.input);
+      } else {
+        out = stage_->forward(mb.input);
+      }
       if (is_last()) {
         // Each micro-batch's mean loss weighs by its share of the batch: the sum is the batch mean.
         mb.output = loss(out, targets[a.micro]) * (1.0 / m);
@@ -275,6 +304,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       }
       stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
     } else {
+      if (ddp_ && &a == &actions.back()) ddp_->prepare_for_backward();
       if (is_last()) {
         autograd::backward({mb.output});
       } else {

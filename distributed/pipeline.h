@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "distributed/ddp.h"
 #include "distributed/pipeline_schedule.h"
 #include "distributed/process_group.h"
 #include "nn/sequential.h"
@@ -36,6 +37,11 @@ struct PipelineOptions {
   std::vector<int> boundaries;
   /// Where this rank's stage lives (inputs and received activations are moved there).
   Device device = kCPU;
+  /// Hybrid pipeline x data parallel: the ranks holding this same stage in the other replicas
+  /// (see pipeline_groups). The stage is wrapped in DistributedDataParallel over it: gradients
+  /// are averaged across replicas during the step's last backward.
+  std::shared_ptr<ProcessGroup> data_parallel_group;
+  DDPOptions ddp;
 };
 
 /// The loss of one micro-batch's output against its targets, as a mean over its rows.
@@ -54,6 +60,7 @@ class Pipeline {
  public:
   /// Splits `model` (every rank passes the same layer list) into pg.size() stages and keeps this
   /// rank's layers, moved to options.device; the other layers are not referenced afterwards.
+  /// `pg` joins the stages in order (group rank = stage).
   /// Throws naming the counts when there are more stages than layers or the boundaries are
   /// invalid. Warns on stderr (stage 0) when micro_batches < stages.
   Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options = {});
@@ -93,12 +100,22 @@ class Pipeline {
   PipelineOptions options_;
   std::vector<int> boundaries_;
   std::shared_ptr<nn::Sequential> stage_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // hybrid only
   bool negotiated_ = false;
   Shape in_shape_, out_shape_;  // one micro-batch's received input / sent output
   DType in_dtype_ = kFloat32, out_dtype_ = kFloat32;
   Shape first_input_shape_;     // stage 0: the micro-batch shape the pipeline was negotiated for
   PipelineStats stats_;
 };
+
+/// The groups of a hybrid job of world = stages x replicas ranks, rank = replica * stages + stage:
+/// `pipeline` joins the stages of this rank's replica, `data` the ranks holding this rank's stage.
+/// Calls new_group for every group (a collective over the default group).
+struct PipelineGroups {
+  std::shared_ptr<ProcessGroup> pipeline, data;
+  int stage = 0, replica = 0;
+};
+PipelineGroups pipeline_groups(int stages);
 
 /// Balanced stage boundaries: contiguous ranges of at least one layer each that minimise the
 /// largest stage's parameter count. `layer_params[i]` is layer i's parameter count.
