@@ -155,8 +155,8 @@ void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
   double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
   if (task.completes_later) {  // point to point: the peer is named by the caller's arguments
     task.work->finish(std::make_exception_ptr(
-        Error(fmt::format("{} #{} on rank {} failed after {:.1f} s: {}", task.work->name(), task.work->seq(), rank_,
-                          seconds, e.what()))));
+        Error(fmt::format("{} #{} failed after {:.1f} s on rank {}: {}", task.work->name(), task.work->seq(), seconds,
+                          rank_, e.what()))));
     return;
   }
   std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
@@ -332,7 +332,7 @@ WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) {
     std::lock_guard<std::mutex> lock(mu_);
     p2p_queue_.push_back(Task{task.work, [this, buf, h](const Task&) {
                                 if (!buf->waitSend(timeout_)) kiln::fail("send was aborted");
-                              }});
+                              }, /*completes_later=*/true});
     cv_.notify_all();
   }, /*completes_later=*/true);
 }
@@ -350,7 +350,7 @@ WorkPtr ProcessGroupGloo::recv(Tensor t, int src, int tag_) {
     p2p_queue_.push_back(Task{task.work, [this, buf, h, t](const Task&) {
                                 if (!buf->waitRecv(timeout_)) kiln::fail("recv was aborted");
                                 unstage(t, h);
-                              }});
+                              }, /*completes_later=*/true});
     cv_.notify_all();
   }, /*completes_later=*/true);
 }

@@ -269,20 +269,31 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
     }
   }
 
-  std::vector<WorkPtr> sends;
+  struct Sent {
+    WorkPtr work;
+    int peer, micro;
+    const char* what;
+  };
+  std::vector<Sent> sends;
   double wait = 0, loss_sum = 0;
   stats_.live_activations = 0;
   stats_.peak_activations = 0;
-  auto wait_for = [&](const WorkPtr& w) {
+  // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
+  auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer) {
     auto t = Clock::now();
-    w->wait();
+    try {
+      w->wait();
+    } catch (const std::exception& e) {
+      fail("Pipeline: stage {} (rank {}) lost stage {}: {} of micro-batch {} failed: {}", s, get_rank(), peer, what,
+           micro, e.what());
+    }
     wait += since(t);
   };
   for (const PipelineAction& a : actions) {
     Micro& mb = mbs[a.micro];
     if (a.forward) {
       if (s > 0) {
-        wait_for(mb.act_recv);
+        wait_for(mb.act_recv, "receiving the activation", a.micro, s - 1);
         mb.input.set_requires_grad(true);
       } else {
         mb.input = inputs[a.micro];
@@ -300,7 +311,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
         loss_sum += mb.output.item<double>();
       } else {
         mb.output = out;
-        sends.push_back(pg_->send(out.detach(), s + 1, a.micro));
+        sends.push_back({pg_->send(out.detach(), s + 1, a.micro), s + 1, a.micro, "sending the activation"});
       }
       stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
     } else {
@@ -308,19 +319,19 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       if (is_last()) {
         autograd::backward({mb.output});
       } else {
-        wait_for(mb.grad_recv);
+        wait_for(mb.grad_recv, "receiving the gradient", a.micro, s + 1);
         autograd::backward({mb.output}, {mb.grad});
       }
       if (s > 0) {
         Tensor g = mb.input.grad();
         if (!g.defined()) g = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
-        sends.push_back(pg_->send(g, s - 1, kGradTag + a.micro));
+        sends.push_back({pg_->send(g, s - 1, kGradTag + a.micro), s - 1, a.micro, "sending the gradient"});
       }
       mb = Micro{};  // frees this micro-batch's activations
       --stats_.live_activations;
     }
   }
-  for (const WorkPtr& w : sends) wait_for(w);
+  for (const Sent& x : sends) wait_for(x.work, x.what, x.micro, x.peer);
   ++stats_.steps;
   stats_.wait_seconds = wait;
   stats_.step_seconds = since(t0);

@@ -4,6 +4,9 @@
 // stage and the shapes instead of hanging.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "autograd/autograd.h"
 #include "distributed/init.h"
 #include "distributed/pipeline.h"
@@ -174,6 +177,34 @@ TEST_CASE("fewer micro-batches than stages trains, with a warning about the bubb
   test::require_all_ok(results);
   CHECK(has(results[0].stderr_text, "Pipeline warning: 1 micro-batches for 2 stages: the bubble, (p-1)/(m+p-1) = 50%"));
   CHECK(!has(results[1].stderr_text, "warning"));
+}
+
+TEST_CASE("a stage that dies mid-schedule stops the others within the timeout, naming it") {
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = test::run_ranks(3, [](int rank, int) {
+    auto pg = dist::init_process_group({.timeout = std::chrono::seconds(5)});
+    dist::PipelineOptions o;
+    o.micro_batches = 4;
+    dist::Pipeline pipe(test::pipeline_mlp(1), pg, o);
+    int calls = 0;
+    auto dying = [&](const Tensor& out, const Tensor& y) {
+      if (++calls == 6) std::_Exit(3);  // the last stage dies in its second step
+      return ce(out, y);
+    };
+    for (int step = 0; step < 3; ++step) {
+      test::PipeBatch b = test::pipeline_batch(step, 8);
+      pipe.train_step(b.x, b.y, dying);
+    }
+    (void)rank;
+  }, 60, "pipe_dies");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(results[2].exit_code == 3);
+  CHECK_MESSAGE(has(results[1].stderr_text, "Pipeline: stage 1 (rank 1) lost stage 2: receiving the gradient of "
+                                            "micro-batch"),
+                results[1].stderr_text);
+  CHECK(results[0].exit_code == 1);
+  CHECK_MESSAGE(has(results[0].stderr_text, "Pipeline: stage 0 (rank 0) lost stage "), results[0].stderr_text);
+  CHECK(seconds < 20);
 }
 
 }  // namespace
