@@ -10,8 +10,9 @@
 //   o.micro_batches = 8;                                   // o.boundaries = {0, 3, 5} to choose
 //   dist::Pipeline pipe(model, pg, o);                     // keeps only this rank's layers
 //   optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1));
+//   auto ce = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
 //   opt.zero_grad();
-//   double loss = pipe.train_step(x, y, nn::functional::cross_entropy);  // x on stage 0, y on the last
+//   double loss = pipe.train_step(x, y, ce);               // x read on stage 0, y on the last
 //   opt.step();
 #pragma once
 
