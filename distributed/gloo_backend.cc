@@ -1,5 +1,7 @@
 #include "distributed/gloo_backend.h"
 
+#include <signal.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -87,6 +89,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(rank, size, options.timeout), store_(std::move(store)) {
   KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroupGloo: rank {} is out of range for size {}", rank,
              size);
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a peer that dies would kill this rank
+  // silently with SIGPIPE instead of failing the transfer with an error that names it.
+  struct sigaction old_action {};
+  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   gloo::transport::tcp::attr attr;
   if (!options.iface.empty())
     attr.iface = options.iface;

@@ -198,7 +198,9 @@ TEST_CASE("a stage that dies mid-schedule stops the others within the timeout, n
     (void)rank;
   }, 60, "pipe_dies");
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("rank 1: exit " << results[1].exit_code << ", signal " << results[1].signal);
   CHECK(results[2].exit_code == 3);
+  CHECK(results[1].exit_code == 1);
   CHECK_MESSAGE(has(results[1].stderr_text, "Pipeline: stage 1 (rank 1) lost stage 2: receiving the gradient of "
                                             "micro-batch"),
                 results[1].stderr_text);
