@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 
 #include "autograd/autograd.h"
+#include "bench/local_job.h"
 #include "bench/timing.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/init.h"
-#include "distributed/local_ranks.h"
 #include "distributed/pipeline.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
@@ -105,15 +105,5 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (dist::launched_with_world()) {
-    run(steps, micro);
-    return 0;
-  }
-  auto results = dist::run_local_ranks(stages, [&](int, int) { run(steps, micro); }, {.timeout_s = 1200});
-  for (size_t r = 0; r < results.size(); ++r)
-    if (results[r].exit_code != 0) {
-      std::fprintf(stderr, "pipeline_bench: rank %zu failed\n", r);
-      return 1;
-    }
-  return 0;
+  return bench::run_on_ranks(stages, [&] { run(steps, micro); }, "pipeline_bench");
 }

@@ -16,9 +16,8 @@ namespace kiln {
 namespace {
 
 using test::expect;
-namespace F = nn::functional;
 
-Tensor ce(const Tensor& out, const Tensor& y) { return F::cross_entropy(out, y); }
+constexpr auto ce = test::pipeline_ce;
 
 TEST_CASE("checkpoint path of a stage") {
   CHECK(dist::stage_checkpoint_path("/d/ckpt.safetensors", 1, 4) == "/d/ckpt.stage1-of-4.safetensors");

@@ -18,9 +18,8 @@ namespace kiln {
 namespace {
 
 using test::expect;
-namespace F = nn::functional;
 
-Tensor ce(const Tensor& out, const Tensor& y) { return F::cross_entropy(out, y); }
+constexpr auto ce = test::pipeline_ce;
 
 void clip_matches_unsplit(int rank, int world, double norm_type) {
   auto pg = dist::init_process_group();

@@ -32,6 +32,9 @@ inline PipeBatch pipeline_batch(int step, int64_t rows, DType dt = kFloat32) {
   return {randn({rows, 12}, {}, &g).to(dt), randint(0, 5, {rows}, kInt64, &g)};
 }
 
+/// The loss the pipeline tests train with.
+inline Tensor pipeline_ce(const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); }
+
 /// Every parameter of this rank's stage equals the unsplit reference's parameter of the same
 /// (global) name within `tol`.
 inline void expect_stage_matches(dist::Pipeline& pipe, nn::Module& reference, double tol, const std::string& what) {

@@ -13,9 +13,8 @@ namespace kiln {
 namespace {
 
 using test::expect;
-namespace F = nn::functional;
 
-Tensor ce(const Tensor& out, const Tensor& y) { return F::cross_entropy(out, y); }
+constexpr auto ce = test::pipeline_ce;
 
 TEST_CASE("new_group: members get a group of their own ranks, others get null") {
   test::require_all_ok(test::run_ranks(3, [](int rank, int) {

@@ -17,9 +17,8 @@ namespace kiln {
 namespace {
 
 using test::expect;
-namespace F = nn::functional;
 
-Tensor ce(const Tensor& out, const Tensor& y) { return F::cross_entropy(out, y); }
+constexpr auto ce = test::pipeline_ce;
 
 // Trains `steps` SGD-with-momentum steps through the pipeline and through the unsplit model on the
 // whole batch, for each schedule and micro-batch count, and compares parameters and losses.
