@@ -2,7 +2,8 @@
 // real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
 // 512) + Tanh) split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
 // work). The measured bubble is the share of the step a stage spent blocked on receives and
-// sends, averaged over stages, beside the ideal (p-1)/(m+p-1). Rank 0 prints; the last line is JSON.
+// sends, averaged over stages, beside the ideal (p-1)/(m+p-1); the step time is rank 0's
+// zero_grad + train_step + optimizer step. Rank 0 prints; the last line is JSON.
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
 #include <cstdio>
 #include <cstdlib>
@@ -62,14 +63,16 @@ void run(int steps, const std::vector<int>& micro) {
       auto mse = [](const Tensor& out, const Tensor& t) { return nn::functional::mse_loss(out, t); };
       std::vector<double> step_ms, bubble;
       for (int s = 0; s < steps + 1; ++s) {
+        const double t0 = bench::now_s();
         opt.zero_grad();
         pipe.train_step(x, y, mse);
         opt.step();
+        const double seconds = bench::now_s() - t0;
         // Idle share of this stage's step, averaged over stages.
         Tensor share = full({1}, pipe.stats().wait_seconds / pipe.stats().step_seconds, dtype(kFloat64));
         pg->allreduce(share)->wait();
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
-        step_ms.push_back(pipe.stats().step_seconds * 1e3);
+        step_ms.push_back(seconds * 1e3);
         bubble.push_back(share.item<double>() / p);
       }
       const double ms = median(step_ms), b = median(bubble), ideal = double(p - 1) / (m + p - 1);
