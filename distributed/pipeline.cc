@@ -161,13 +161,16 @@ void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Te
   const int s = stage(), p = num_stages();
   const std::string who =
       fmt::format("stage {} (rank {}, layers [{}, {}))", s, get_rank(), boundaries_[s], boundaries_[s + 1]);
+  // NCCL moves device tensors only: the small control messages travel on the stage's device.
+  const Device comm = pg_->backend() == "nccl" ? options_.device : kCPU;
   bool upstream_failed = false;
   Tensor x;
   if (s == 0) {
     if (err.empty()) x = inputs[0];
   } else {
-    Tensor h = zeros({kHeaderLen}, kInt64);
+    Tensor h = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm));
     pg_->recv(h, s - 1, kHeaderTag)->wait();
+    h = h.to(kCPU);
     const int64_t* v = h.data_ptr<int64_t>();
     upstream_failed = v[0] != 0;
     if (!upstream_failed) {
@@ -206,15 +209,15 @@ void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Te
       v[2] = out.dim();
       for (int64_t d = 0; d < out.dim(); ++d) v[3 + d] = out.size(d);
     }
-    pg_->send(h, s + 1, kHeaderTag)->wait();
+    pg_->send(h.to(comm), s + 1, kHeaderTag)->wait();
   }
   // Every stage learns every failure, so all of them throw rather than wait on a stopped peer.
   std::vector<Tensor> all;
-  for (int r = 0; r < p; ++r) all.push_back(zeros({kMessageLen}, kInt32));
-  pg_->allgather(all, encode_message(err))->wait();
+  for (int r = 0; r < p; ++r) all.push_back(zeros({kMessageLen}, TensorOptions(kInt32).device(comm)));
+  pg_->allgather(all, encode_message(err).to(comm))->wait();
   if (!err.empty()) throw Error(err);
   for (int r = 0; r < p; ++r) {
-    std::string msg = decode_message(all[r]);
+    std::string msg = decode_message(all[r].to(kCPU));
     if (!msg.empty()) fail("Pipeline: {} stops because stage {} failed the first-step check: {}", who, r, msg);
   }
   if (s < p - 1) {

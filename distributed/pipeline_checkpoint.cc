@@ -35,9 +35,12 @@ class TensorTree final : public nn::Module {
 };
 
 // Every stage learns whether any failed; the failed ones rethrow their own error.
-void agree(ProcessGroup& pg, std::exception_ptr error, const char* what, const std::string& path) {
-  Tensor flag = full({1}, error ? 1 : 0, dtype(kInt32));
+void agree(Pipeline& pipe, std::exception_ptr error, const char* what, const std::string& path) {
+  ProcessGroup& pg = pipe.process_group();
+  const Device comm = pg.backend() == "nccl" ? pipe.options().device : kCPU;  // NCCL: device tensors only
+  Tensor flag = full({1}, error ? 1 : 0, TensorOptions(kInt32).device(comm));
   pg.allreduce(flag)->wait();
+  flag = flag.to(kCPU);
   if (error) std::rethrow_exception(error);
   const int failed = flag.item<int32_t>();
   KILN_CHECK(failed == 0, "{} '{}': failed on {} other stage(s)", what, path, failed);
@@ -63,7 +66,7 @@ void save_stage_checkpoint(Pipeline& pipe, const std::string& path, const optim:
   } catch (...) {
     error = std::current_exception();
   }
-  agree(pipe.process_group(), error, "save_stage_checkpoint", path);
+  agree(pipe, error, "save_stage_checkpoint", path);
 }
 
 nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path, optim::Optimizer* opt) {
@@ -80,7 +83,7 @@ void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::T
   } catch (...) {
     error = std::current_exception();
   }
-  agree(pipe.process_group(), error, "save_merged_checkpoint", path);
+  agree(pipe, error, "save_merged_checkpoint", path);
   if (pipe.is_first()) {
     try {
       TensorTree whole;
@@ -92,7 +95,7 @@ void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::T
     }
     for (int s = 0; s < pipe.num_stages(); ++s) std::remove(part_path(path, s).c_str());
   }
-  agree(pipe.process_group(), error, "save_merged_checkpoint", path);
+  agree(pipe, error, "save_merged_checkpoint", path);
 }
 
 nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path) {
@@ -116,7 +119,7 @@ nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path
   } catch (...) {
     error = std::current_exception();
   }
-  agree(pipe.process_group(), error, "load_merged_checkpoint", path);
+  agree(pipe, error, "load_merged_checkpoint", path);
   return state;
 }
 
