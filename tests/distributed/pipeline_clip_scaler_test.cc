@@ -1,10 +1,11 @@
 // Training features across pipeline stages: gradient-norm clipping whose norm is taken over all
-// stages (equal to clipping the unsplit model), and a GradScaler skip decided on one stage that
-// skips the step on every stage.
+// stages (equal to clipping the unsplit model), a GradScaler skip decided on one stage that
+// skips the step on every stage, and autocast (bf16 activations sent between stages).
 #include <doctest/doctest.h>
 
 #include <limits>
 
+#include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/autograd.h"
 #include "distributed/init.h"
@@ -79,6 +80,37 @@ TEST_CASE("an inf gradient on one stage skips the step on every stage (share_fou
     expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
     expect(scaler.scale() == 32768.0, "rank {} scale {}", rank, scaler.scale());
   }, 120, "pscaler"));
+}
+
+TEST_CASE("under autocast, bf16 activations cross the stages and gradients match one process") {
+  test::require_all_ok(test::run_ranks(2, [](int, int) {
+    auto pg = dist::init_process_group();
+    dist::PipelineOptions o;
+    o.micro_batches = 2;
+    dist::Pipeline pipe(test::pipeline_mlp(4), pg, o);
+    auto reference = test::pipeline_mlp(4);
+    test::PipeBatch b = test::pipeline_batch(0, 8);
+    {
+      amp::AutocastGuard autocast(kBFloat16);
+      if (pipe.is_first()) {  // what stage 0 sends on
+        NoGradGuard no_grad;
+        DType sent = pipe.stage_module().forward(b.x).dtype();
+        expect(sent == kBFloat16, "stage 0 would send {}", sent);
+      }
+      pipe.train_step(b.x, b.y, ce);
+      ce(reference->forward(b.x), b.y).backward();
+    }
+    nn::NamedTensors ref = reference->named_parameters();
+    for (const auto& [local, p] : pipe.stage_module().named_parameters()) {
+      std::string name = pipe.global_name(local);
+      Tensor r;
+      for (const auto& [n, t] : ref)
+        if (n == name) r = t.grad();
+      double d = (p.grad() - r).abs().max().item<double>(), scale = r.abs().max().item<double>();
+      expect(d <= 2e-2 * std::max(1.0, scale), "stage {} '{}': gradient differs by {} (max {})", pipe.stage(), name, d,
+             scale);
+    }
+  }, 120, "pautocast"));
 }
 
 }  // namespace
