@@ -22,7 +22,8 @@ namespace kiln::dist {
 namespace {
 
 constexpr int kMaxDims = 8;
-constexpr int kHeaderLen = 3 + kMaxDims;  // status, dtype, ndim, dims
+// The header every step starts with: status, negotiate (0: shapes as before), dtype, ndim, dims.
+constexpr int kHeaderLen = 4 + kMaxDims;
 constexpr int kGradTag = 1 << 16;         // + micro-batch; activations use the micro-batch index
 constexpr int kHeaderTag = 1 << 20;
 constexpr int kMessageLen = 768;          // characters of a first-step error shared with all stages
@@ -157,25 +158,21 @@ std::string Pipeline::local_name(const std::string& global) const {
 }
 
 void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
-                         const PipelineLoss& loss, std::string err) {
+                         const PipelineLoss& loss, std::string err, const Tensor& header) {
   const int s = stage(), p = num_stages();
   const std::string who =
       fmt::format("stage {} (rank {}, layers [{}, {}))", s, get_rank(), boundaries_[s], boundaries_[s + 1]);
-  // NCCL moves device tensors only: the small control messages travel on the stage's device.
-  const Device comm = pg_->backend() == "nccl" ? options_.device : kCPU;
+  const Device comm = comm_device();
   bool upstream_failed = false;
   Tensor x;
   if (s == 0) {
     if (err.empty()) x = inputs[0];
   } else {
-    Tensor h = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm));
-    pg_->recv(h, s - 1, kHeaderTag)->wait();
-    h = h.to(kCPU);
-    const int64_t* v = h.data_ptr<int64_t>();
+    const int64_t* v = header.data_ptr<int64_t>();
     upstream_failed = v[0] != 0;
     if (!upstream_failed) {
-      in_dtype_ = static_cast<DType>(v[1]);
-      in_shape_ = Shape(v + 3, v + 3 + v[2]);
+      in_dtype_ = static_cast<DType>(v[2]);
+      in_shape_ = Shape(v + 4, v + 4 + v[3]);
       x = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
     }
   }
@@ -204,10 +201,11 @@ void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Te
     Tensor h = zeros({kHeaderLen}, kInt64);
     int64_t* v = h.data_ptr<int64_t>();
     v[0] = (err.empty() && !upstream_failed) ? 0 : 1;
+    v[1] = 1;
     if (v[0] == 0) {
-      v[1] = static_cast<int64_t>(out.dtype());
-      v[2] = out.dim();
-      for (int64_t d = 0; d < out.dim(); ++d) v[3 + d] = out.size(d);
+      v[2] = static_cast<int64_t>(out.dtype());
+      v[3] = out.dim();
+      for (int64_t d = 0; d < out.dim(); ++d) v[4 + d] = out.size(d);
     }
     pg_->send(h.to(comm), s + 1, kHeaderTag)->wait();
   }
@@ -248,14 +246,27 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   };
   if (is_first()) split(input, "input", inputs);
   if (is_last() && err.empty()) split(target, "target", targets);
-  if (!negotiated_) {
-    negotiate(inputs, targets, loss, err);
+  // Every step starts with a header down the stages: stage 0 says whether the shapes must be
+  // negotiated again (the first step, a new batch shape, or an error every stage must hear of).
+  bool renegotiate;
+  Tensor header;
+  if (is_first()) {
+    renegotiate = !negotiated_ || !err.empty() || inputs[0].sizes() != first_input_shape_;
   } else {
-    if (!err.empty()) throw Error(err);
-    KILN_CHECK(!is_first() || inputs[0].sizes() == first_input_shape_,
-               "Pipeline: stage 0: micro-batches are {} but the pipeline was set up for {} on its first step (the "
-               "batch shape must stay the same)",
-               inputs[0].shape_str(), shape_str(first_input_shape_));
+    header = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device()));
+    try {
+      pg_->recv(header, s - 1, kHeaderTag)->wait();
+    } catch (const std::exception& e) {
+      fail("Pipeline: stage {} (rank {}) lost stage {}: receiving the step header failed: {}", s, get_rank(), s - 1,
+           e.what());
+    }
+    header = header.to(kCPU);
+    renegotiate = header.data_ptr<int64_t>()[1] != 0;
+  }
+  if (renegotiate) {
+    negotiate(inputs, targets, loss, err, header);
+  } else if (!err.empty()) {
+    throw Error(err);  // the last stage's targets: the others fail as it leaves, naming it
   }
 
   const std::vector<PipelineAction> actions = schedule_actions(options_.schedule, s, p, m);
@@ -278,6 +289,10 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
     const char* what;
   };
   std::vector<Sent> sends;
+  // Shapes as before: the next stage learns it after this stage's receives are posted.
+  if (!renegotiate && s < p - 1)
+    sends.push_back({pg_->send(zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device())), s + 1, kHeaderTag),
+                     s + 1, 0, "sending the step header"});
   double wait = 0, loss_sum = 0;
   stats_.live_activations = 0;
   stats_.peak_activations = 0;

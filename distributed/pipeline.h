@@ -71,8 +71,9 @@ class Pipeline {
   /// before and the optimizer after, on every rank. Returns the mean loss over the batch on the
   /// last stage, NaN elsewhere. The first step checks every stage on the first micro-batch's
   /// shapes (the batch split, each stage's output against the next stage's layers, the loss);
-  /// any failure throws on every rank, naming the stage, its rank and the shapes. Later steps
-  /// must keep the same batch shape.
+  /// any failure throws on every rank, naming the stage, its rank and the shapes. A step whose
+  /// batch shape differs from the previous one's (the last, smaller batch of an epoch) checks
+  /// again; other steps only pass a small header down the stages.
   double train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss);
 
   /// This rank's stage: its layers, named "0", "1", ... in stage order.
@@ -95,7 +96,9 @@ class Pipeline {
  private:
   struct Micro;
   void negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, const PipelineLoss& loss,
-                 std::string err);
+                 std::string err, const Tensor& header);
+  /// Where control messages travel: NCCL moves device tensors only.
+  Device comm_device() const { return pg_->backend() == "nccl" ? options_.device : kCPU; }
 
   std::shared_ptr<ProcessGroup> pg_;
   PipelineOptions options_;
@@ -105,7 +108,7 @@ class Pipeline {
   bool negotiated_ = false;
   Shape in_shape_, out_shape_;  // one micro-batch's received input / sent output
   DType in_dtype_ = kFloat32, out_dtype_ = kFloat32;
-  Shape first_input_shape_;     // stage 0: the micro-batch shape the pipeline was negotiated for
+  Shape first_input_shape_;     // stage 0: the micro-batch shape the stages last negotiated
   PipelineStats stats_;
 };
 

@@ -178,6 +178,36 @@ TEST_CASE("fewer micro-batches than stages trains, with a warning about the bubb
   CHECK(!has(results[1].stderr_text, "warning"));
 }
 
+TEST_CASE("a batch of another shape renegotiates (still equal to one process); a later bad batch stops all") {
+  auto results = test::run_ranks(3, [](int, int) {
+    auto pg = dist::init_process_group();
+    dist::PipelineOptions o;
+    o.micro_batches = 4;
+    dist::Pipeline pipe(test::pipeline_mlp(7), pg, o);
+    auto reference = test::pipeline_mlp(7);
+    optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    int step = 0;
+    for (int64_t rows : {16, 16, 8, 16}) {  // an epoch's smaller last batch, then the next epoch
+      test::PipeBatch b = test::pipeline_batch(step++, rows);
+      opt.zero_grad();
+      pipe.train_step(b.x, b.y, ce);
+      opt.step();
+      ref_opt.zero_grad();
+      ce(reference->forward(b.x), b.y).backward();
+      ref_opt.step();
+    }
+    test::expect_stage_matches(pipe, *reference, 1e-5, "changing batch shapes");
+    test::PipeBatch bad = test::pipeline_batch(9, 6);
+    pipe.train_step(bad.x, bad.y, ce);
+  }, 60, "pipe_reshape");
+  for (auto& r : results) {
+    INFO(r.stderr_text);
+    CHECK(r.exit_code == 1);
+    CHECK(has(r.stderr_text, "does not split into 4 micro-batches (6 rows"));  // the last stage names its target
+  }
+}
+
 TEST_CASE("a stage that dies mid-schedule stops the others within the timeout, naming it") {
   auto t0 = std::chrono::steady_clock::now();
   auto results = test::run_ranks(3, [](int rank, int) {
