@@ -250,12 +250,15 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   // negotiated again (the first step, a new batch shape, or an error every stage must hear of).
   bool renegotiate;
   Tensor header;
+  double header_wait = 0;
   if (is_first()) {
     renegotiate = !negotiated_ || !err.empty() || inputs[0].sizes() != first_input_shape_;
   } else {
     header = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device()));
     try {
+      auto t = Clock::now();
       pg_->recv(header, s - 1, kHeaderTag)->wait();
+      header_wait = since(t);  // idle until the previous stage starts its step
     } catch (const std::exception& e) {
       fail("Pipeline: stage {} (rank {}) lost stage {}: receiving the step header failed: {}", s, get_rank(), s - 1,
            e.what());
@@ -293,7 +296,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   if (!renegotiate && s < p - 1)
     sends.push_back({pg_->send(zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device())), s + 1, kHeaderTag),
                      s + 1, 0, "sending the step header"});
-  double wait = 0, loss_sum = 0;
+  double wait = header_wait, loss_sum = 0;
   stats_.live_activations = 0;
   stats_.peak_activations = 0;
   // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
