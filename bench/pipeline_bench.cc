@@ -7,7 +7,6 @@
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "autograd/autograd.h"
 #include "bench/local_job.h"
 #include "bench/timing.h"
+#include "core/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/init.h"
@@ -93,20 +93,13 @@ void run(int steps, const std::vector<int>& micro) {
 int main(int argc, char** argv) {
   int stages = 2, steps = 10;
   std::vector<int> micro = {1, 2, 4, 8, 16};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--stages") {
-      stages = std::atoi(argv[i + 1]);
-    } else if (a == "--steps") {
-      steps = std::atoi(argv[i + 1]);
-    } else if (a == "--micro") {
-      micro.clear();
-      std::stringstream ss(argv[i + 1]);
-      for (std::string v; std::getline(ss, v, ',');) micro.push_back(std::atoi(v.c_str()));
-    } else {
-      std::fprintf(stderr, "usage: pipeline_bench [--stages P] [--steps S] [--micro 1,2,4,...]\n");
-      return 2;
-    }
-  }
+  cli::App app("Pipeline step time and bubble fraction over micro-batch counts, GPipe and 1F1B.", "pipeline_bench");
+  app.add_option("--stages", stages, "pipeline stages (one rank each)")->check(cli::range(2, 64));
+  app.add_option("--steps", steps, "timed steps per configuration (the median is reported)")
+      ->check(cli::range(1, 100000));
+  app.add_option("--micro", micro, "micro-batch counts, comma separated")
+      ->delimiter(',')
+      ->check(cli::range(1, 4096));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   return bench::run_on_ranks(stages, [&] { run(steps, micro); }, "pipeline_bench");
 }

@@ -2,9 +2,9 @@
 # The benchmarks' command lines: a garbage number, an out-of-range value or an unknown choice is
 # refused before anything runs, with a message naming the flag and the value and exit 2 (they
 # used to go through atoi, where garbage silently became 0); --help exits 0.
-# Arguments: ddp_bench, amp_bench, allreduce_bench, core_bench, eigen_gemm_reference.
+# Arguments: ddp_bench, amp_bench, allreduce_bench, core_bench, eigen_gemm_reference, pipeline_bench.
 set -u
-ddp="$1" amp="$2" allreduce="$3" core="$4" eigen="$5"
+ddp="$1" amp="$2" allreduce="$3" core="$4" eigen="$5" pipeline="$6"
 failures=0
 
 expect() {  # expect <binary> <text in stderr> -- args...
@@ -33,8 +33,10 @@ expect "$allreduce" "--max-bytes: expects an integer, got '1e3'" -- --max-bytes 
 expect "$core" "eigen_reference: File does not exist: /nonexistent/eigen" -- /nonexistent/eigen
 expect "$eigen" "dims: expects an integer, got 'abc'" -- 2 64 abc 64
 expect "$eigen" "2 dims is not a list of M K N triples" -- 2 64 64
+expect "$pipeline" "--micro: expects an integer, got 'x'" -- --micro 1,x,4
+expect "$pipeline" "--stages: must be in [2, 64], got 1" -- --stages 1
 
-for bin in "$ddp" "$amp" "$allreduce" "$core" "$eigen"; do
+for bin in "$ddp" "$amp" "$allreduce" "$core" "$eigen" "$pipeline"; do
   out=$("$bin" --help 2>&1)
   code=$?
   if [ "$code" -ne 0 ] || [[ "$out" != *"--help"* ]]; then
