@@ -2,6 +2,7 @@
 // scatter_add: atomic indexed adds). Index ranges were checked by the op before the kernel runs
 // (core/ops/index.cc); here the geometry is laid out for the two .cu kernels.
 #include "core/kernels.h"
+#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
@@ -12,7 +13,6 @@ namespace {
 
 using kern::ElementwiseArgs;
 
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 /// Walks `shape`: operand 0 `walked`, 1 the index, 2 `other`. `zero0`/`zero2` take the indexed
 /// dim's stride out of operand 0 or 2; a 1-D index (index_select/index_add) advances only along

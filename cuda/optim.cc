@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/optim.h"
@@ -14,7 +15,6 @@
 namespace kiln::cuda {
 namespace {
 
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
 
 // Checks `list` (when required or non-empty) matches params tensor for tensor: contiguous, on
 // the same CUDA device, same dtype and shape. Returns its data pointers (empty when it is).

@@ -2,6 +2,7 @@
 // (copied when they are not), max pooling's backward accumulated in f32 for 16-bit types.
 #include "core/dense.h"
 #include "core/kernels.h"
+#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
@@ -12,8 +13,6 @@ namespace {
 
 using kern::PoolShape;
 
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 PoolShape shape_of(const Tensor& in, const Tensor& out, const char* op) {
   KILN_CHECK(in.dim() == 4 && out.dim() == 4, "{}: expected 4-D NCHW tensors, got {} and {}", op, in.sizes(),
