@@ -2,10 +2,10 @@
 // scatter_add: atomic indexed adds). Index ranges were checked by the op before the kernel runs
 // (core/ops/index.cc); here the geometry is laid out for the two .cu kernels.
 #include "core/kernels.h"
-#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {

@@ -2,10 +2,10 @@
 // (copied when they are not), max pooling's backward accumulated in f32 for 16-bit types.
 #include "core/dense.h"
 #include "core/kernels.h"
-#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {

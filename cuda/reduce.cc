@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "core/kernels.h"
-#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {

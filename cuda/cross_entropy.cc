@@ -11,10 +11,10 @@
 
 #include "core/dense.h"
 #include "core/kernels.h"
-#include "cuda/launch_util.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
-#include "cuda/kernels/loss_norm.h"
+#include "cuda/kernels/cross_entropy.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {

@@ -4,11 +4,11 @@
 // partial sums so the reduction over rows is deterministic and needs no atomics.
 #include "core/dense.h"
 #include "core/kernels.h"
-#include "core/loss_norm.h"
-#include "cuda/launch_util.h"
+#include "core/ops/layer_norm.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
-#include "cuda/kernels/loss_norm.h"
+#include "cuda/kernels/layer_norm.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
