@@ -20,7 +20,6 @@
 namespace kiln::cuda {
 namespace {
 
-
 /// The process's error record: pinned, mapped and portable, so every device's kernels write the
 /// same host memory (unified addressing: the host pointer is the device pointer).
 kern::CrossEntropyError* error_record() {

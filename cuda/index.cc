@@ -13,7 +13,6 @@ namespace {
 
 using kern::ElementwiseArgs;
 
-
 /// Walks `shape`: operand 0 `walked`, 1 the index, 2 `other`. `zero0`/`zero2` take the indexed
 /// dim's stride out of operand 0 or 2; a 1-D index (index_select/index_add) advances only along
 /// `dim`.

@@ -14,7 +14,6 @@
 namespace kiln::cuda {
 namespace {
 
-
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 void check_x(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight, const char* op) {

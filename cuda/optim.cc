@@ -15,7 +15,6 @@
 namespace kiln::cuda {
 namespace {
 
-
 // Checks `list` (when required or non-empty) matches params tensor for tensor: contiguous, on
 // the same CUDA device, same dtype and shape. Returns its data pointers (empty when it is).
 std::vector<void*> pointers(const char* op, const char* name, const std::vector<Tensor>& params,

@@ -13,7 +13,6 @@ namespace {
 
 using kern::PoolShape;
 
-
 PoolShape shape_of(const Tensor& in, const Tensor& out, const char* op) {
   KILN_CHECK(in.dim() == 4 && out.dim() == 4, "{}: expected 4-D NCHW tensors, got {} and {}", op, in.sizes(),
              out.sizes());

@@ -12,7 +12,6 @@
 namespace kiln::cuda {
 namespace {
 
-
 void check_out(const Tensor& out, const char* op) {
   KILN_CHECK(out.is_contiguous(), "{}: output must be contiguous (shape {}, strides {})", op, out.sizes(),
              out.strides());

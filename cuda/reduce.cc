@@ -17,7 +17,6 @@ namespace {
 
 using kern::ScalarType;
 
-
 int64_t wrap(int64_t d, int64_t nd, const char* op) {
   const int64_t n = nd == 0 ? 1 : nd;
   KILN_CHECK(d >= -n && d < n, "{}: dim {} out of range for a {}-d tensor", op, d, nd);
