@@ -6,6 +6,7 @@
 #include "core/grad_mode.h"
 #include "core/op.h"
 #include "core/print.h"
+#include "core/view_history.h"
 #include "core/ops.h"
 
 namespace kiln::autograd {
@@ -61,6 +62,7 @@ void Node::set_next_edges(const std::vector<Tensor>& inputs) {
 }
 
 Edge gradient_edge(const Tensor& t) {
+  detail::refresh_view_history(t);
   AutogradMeta& m = t.mutable_autograd_meta();
   if (m.grad_fn) return Edge{m.grad_fn, m.output_nr};
   std::shared_ptr<Node> acc = m.grad_accumulator.lock();

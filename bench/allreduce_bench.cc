@@ -13,9 +13,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "bench/cuda_probe.h"
 #include "bench/timing.h"
+#include "core/cli.h"
 #include "core/ops.h"
 #include "distributed/init.h"
 #include "distributed/local_ranks.h"
@@ -47,7 +49,7 @@ void run(int64_t max_bytes, const std::string& backend) {
 #endif
   auto pg = dist::init_process_group({.backend = backend});
   const int n = pg->size();
-  std::string json;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (pg->rank() == 0) {
     fmt::print("{} all-reduce (f32 sum), {} ranks{}\n", backend, n, dev.is_cuda() ? ", one GPU each" : " on 127.0.0.1");
     fmt::print("{:>12} {:>10} {:>12} {:>12}\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
@@ -73,13 +75,14 @@ void run(int64_t max_bytes, const std::string& backend) {
     double busbw = algbw * 2.0 * (n - 1) / n;
     if (pg->rank() == 0) {
       fmt::print("{:>12} {:>10.1f} {:>12.3f} {:>12.3f}\n", bytes, per * 1e6, algbw, busbw);
-      json += fmt::format("{}{{\"bytes\": {}, \"us\": {:.1f}, \"algbw_gbs\": {:.4f}, \"busbw_gbs\": {:.4f}}}",
-                          json.empty() ? "" : ", ", bytes, per * 1e6, algbw, busbw);
+      results.push_back({{"bytes", bytes}, {"us", per * 1e6}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});
     }
   }
   if (pg->rank() == 0)
-    fmt::print("{{\"benchmark\": \"allreduce\", \"backend\": \"{}\", \"ranks\": {}, \"results\": [{}]}}\n", backend, n,
-               json);
+    fmt::print(
+        "{}\n",
+        nlohmann::ordered_json{{"benchmark", "allreduce"}, {"backend", backend}, {"ranks", n}, {"results", results}}
+            .dump());
 }
 
 }  // namespace
@@ -88,16 +91,11 @@ int main(int argc, char** argv) {
   int nproc = 2;
   int64_t max_bytes = int64_t{64} << 20;
   std::string backend = "gloo";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--nproc") nproc = std::atoi(argv[i + 1]);
-    else if (a == "--max-bytes") max_bytes = std::atoll(argv[i + 1]);
-    else if (a == "--backend") backend = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: allreduce_bench [--nproc N] [--max-bytes B] [--backend gloo|nccl]\n");
-      return 2;
-    }
-  }
+  cli::App app("All-reduce algbw/busbw over sizes from 4 B to --max-bytes.", "allreduce_bench");
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--max-bytes", max_bytes, "largest message in bytes")->check(cli::range<int64_t>(4, int64_t{1} << 40));
+  app.add_option("--backend", backend, "process group backend")->check(cli::one_of({"gloo", "nccl"}));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (backend == "nccl" && !dist::launched_with_world() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"allreduce\", \"skipped\": \"no CUDA device\"}\n");
     return 0;

@@ -19,11 +19,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "bench/cuda_probe.h"
 #include "bench/timing.h"
+#include "core/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/local_ranks.h"
@@ -126,32 +128,28 @@ void run_one(const std::string& model_name, const std::string& precision, Device
 int main(int argc, char** argv) {
   std::string device = "cpu";
   int steps = 10, blocks = 3;
-  std::string models = "mlp,cnn,wide_mlp";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--device") device = argv[i + 1];
-    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
-    else if (a == "--models") models = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: amp_bench [--device cpu|cuda] [--steps N] [--blocks N] [--models mlp,cnn,wide_mlp,wide_cnn]\n");
-      return 2;
-    }
-  }
+  std::vector<std::string> models = {"mlp", "cnn", "wide_mlp"};
+  cli::App app("Mixed-precision step time and peak memory: f32 against bf16 and f16 autocast.", "amp_bench");
+  app.add_option("--device", device, "cpu|cuda|cuda:N")->check(cli::accepted_by([](const std::string& s) {
+    (void)Device(s);
+  }));
+  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--blocks", blocks, "timed blocks (the median is reported)")->check(cli::range(1, 10000));
+  app.add_option("--models", models, "comma-separated models")
+      ->delimiter(',')
+      ->check(cli::one_of({"mlp", "cnn", "wide_mlp", "wide_cnn"}));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const Device dev(device);
   if (dev.is_cuda() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"benchmark\": \"amp\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
-  std::string json;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
   fmt::print("Mixed precision step time on {} (median of {} blocks of {} steps; peak = {})\n", device, blocks, steps,
              dev.is_cuda() ? "peak allocated device memory" : "peak resident set of the process");
   fmt::print("{:9} {:5} {:>9} {:>9} {:>10}\n", "model", "prec", "step ms", "vs f32", "peak MiB");
   std::string scratch = fmt::format("/tmp/kiln_amp_bench.{}", getpid());
-  for (size_t start = 0; start < models.size();) {
-    size_t comma = models.find(',', start);
-    std::string m = models.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? models.size() : comma + 1;
+  for (const std::string& m : models) {
     double f32_ms = 0;
     for (std::string p : {"f32", "bf16", "f16"}) {
       // A fresh process per run: its peak memory is its own (and CUDA starts in the child).
@@ -165,12 +163,15 @@ int main(int argc, char** argv) {
       std::ifstream(scratch) >> ms >> peak;
       if (p == "f32") f32_ms = ms;
       fmt::print("{:9} {:5} {:9.2f} {:8.2f}x {:10.1f}\n", m, p, ms, f32_ms / ms, peak / (1 << 20));
-      json += fmt::format("{}{{\"model\": \"{}\", \"precision\": \"{}\", \"step_ms\": {:.3f}, \"speedup_vs_f32\": {:.3f}, "
-                          "\"peak_mib\": {:.1f}}}",
-                          json.empty() ? "" : ", ", m, p, ms, f32_ms / ms, peak / (1 << 20));
+      results.push_back({{"model", m},
+                         {"precision", p},
+                         {"step_ms", ms},
+                         {"speedup_vs_f32", f32_ms / ms},
+                         {"peak_mib", peak / (1 << 20)}});
     }
   }
   std::remove(scratch.c_str());
-  fmt::print("{{\"benchmark\": \"amp\", \"device\": \"{}\", \"results\": [{}]}}\n", device, json);
+  nlohmann::ordered_json line = {{"benchmark", "amp"}, {"device", device}, {"results", results}};
+  fmt::print("{}\n", line.dump());
   return 0;
 }

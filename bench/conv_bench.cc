@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/conv.h"
 #include "core/kernels.h"
@@ -40,12 +41,7 @@ double time_best(const std::function<void()>& f, double budget_s = 1.0) {
   return best;
 }
 
-struct Json {
-  std::string body;
-  void add(const std::string& key, double v) {
-    body += fmt::format("{}\"{}\": {:.4g}", body.empty() ? "" : ", ", key, v);
-  }
-};
+using Json = nlohmann::ordered_json;
 
 struct Layer {
   const char* name;
@@ -58,7 +54,7 @@ struct Layer {
 int main() {
   manual_seed(0);
   Json json;
-  json.add("threads", get_num_threads());
+  json["threads"] = get_num_threads();
   fmt::print("conv2d f32, batch 128, 3x3, padding 1, {} threads (GFLOP/s, ms)\n", get_num_threads());
   fmt::print("{:>22} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "layer", "fwd", "bwd", "fwd+bwd", "fwd ms", "bwd ms");
   const std::vector<Layer> layers = {{"conv1", 128, 1, 28, 32, false}, {"conv2", 128, 32, 14, 64, true}};
@@ -80,14 +76,14 @@ int main() {
     const std::string desc = fmt::format("{} {}x{}x{}->{}", l.name, l.C, l.H, l.H, l.Cout);
     fmt::print("{:>22} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.3f} {:>9.3f}\n", desc, g_fwd, g_bwd, g_all, t_fwd * 1e3,
                t_bwd * 1e3);
-    json.add(fmt::format("{}_fwd_gflops", l.name), g_fwd);
-    json.add(fmt::format("{}_bwd_gflops", l.name), g_bwd);
-    json.add(fmt::format("{}_fwd_bwd_gflops", l.name), g_all);
-    json.add(fmt::format("{}_fwd_ms", l.name), t_fwd * 1e3);
-    json.add(fmt::format("{}_bwd_ms", l.name), t_bwd * 1e3);
+    json[fmt::format("{}_fwd_gflops", l.name)] = g_fwd;
+    json[fmt::format("{}_bwd_gflops", l.name)] = g_bwd;
+    json[fmt::format("{}_fwd_bwd_gflops", l.name)] = g_all;
+    json[fmt::format("{}_fwd_ms", l.name)] = t_fwd * 1e3;
+    json[fmt::format("{}_bwd_ms", l.name)] = t_bwd * 1e3;
   }
   fmt::print("{:>22} {:>39.1f} {:>9.3f} ms in all\n", "both layers", total_flop / total_s * 1e-9, total_s * 1e3);
-  json.add("conv_fwd_bwd_gflops", total_flop / total_s * 1e-9);
+  json["conv_fwd_bwd_gflops"] = total_flop / total_s * 1e-9;
 
   fmt::print("\nmax_pool2d 2x2 f32 (ms)\n{:>22} {:>9} {:>9}\n", "input", "fwd", "bwd");
   for (const Layer& l : layers) {
@@ -99,9 +95,9 @@ int main() {
     const double t_bwd = time_best([&] { kernels::max_pool2d_backward[kCPU](ga, go, idx); }, 0.5);
     fmt::print("{:>22} {:>9.3f} {:>9.3f}\n", fmt::format("{}x{}x{}x{}", l.N, l.Cout, l.H, l.H), t_fwd * 1e3,
                t_bwd * 1e3);
-    json.add(fmt::format("maxpool_after_{}_fwd_ms", l.name), t_fwd * 1e3);
-    json.add(fmt::format("maxpool_after_{}_bwd_ms", l.name), t_bwd * 1e3);
+    json[fmt::format("maxpool_after_{}_fwd_ms", l.name)] = t_fwd * 1e3;
+    json[fmt::format("maxpool_after_{}_bwd_ms", l.name)] = t_bwd * 1e3;
   }
-  fmt::print("{{{}}}\n", json.body);
+  fmt::print("{}\n", json.dump());
   return 0;
 }

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "core/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "core/parallel.h"
@@ -69,12 +71,7 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& f
   return out;
 }
 
-struct Json {
-  std::string body;
-  void add(const std::string& key, double v) {
-    body += fmt::format("{}\"{}\": {:.4g}", body.empty() ? "" : ", ", key, v);
-  }
-};
+using Json = nlohmann::ordered_json;
 
 /// GFLOP/s of Eigen's own multi-threaded GEMM per "MxKxN", from the reference binary (empty if
 /// it is not given or fails).
@@ -89,13 +86,11 @@ std::map<std::string, double> eigen_threaded_reference(const char* binary, const
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof(buf), p)) text.append(buf, n);
   pclose(p);
-  // {"256x256x256": 123.4, ...}
-  for (size_t q = text.find('"'); q != std::string::npos; q = text.find('"', q + 1)) {
-    size_t end = text.find('"', q + 1);
-    if (end == std::string::npos) break;
-    std::string key = text.substr(q + 1, end - q - 1);
-    out[key] = std::atof(text.c_str() + text.find(':', end) + 1);
-    q = end;
+  // {"256x256x256": 123.4, ...}; anything else (a failed run) leaves the reference out.
+  try {
+    out = nlohmann::json::parse(text).get<std::map<std::string, double>>();
+  } catch (const nlohmann::json::exception& e) {
+    fmt::print(stderr, "core_bench: the Eigen reference printed no usable JSON ({}): {}\n", e.what(), text);
   }
   return out;
 }
@@ -132,14 +127,14 @@ void bench_matmul(Json& json, const char* reference) {
                g_eigen, g_kiln / g_eigen, g_kernel / g_eigen, g_mt, g_mt > 0 ? g_kiln / g_mt : 0.0);
     const std::string key = fmt::format("matmul_{}x{}x{}", s.m, s.k, s.n);
     if (g_mt > 0) {
-      json.add(key + "_eigen_threaded_gflops", g_mt);
-      json.add(key + "_threaded_ratio", g_kiln / g_mt);
+      json[key + "_eigen_threaded_gflops"] = g_mt;
+      json[key + "_threaded_ratio"] = g_kiln / g_mt;
     }
-    json.add(key + "_gflops", g_kiln);
-    json.add(key + "_kernel_gflops", g_kernel);
-    json.add(key + "_eigen_gflops", g_eigen);
-    json.add(key + "_ratio", g_kiln / g_eigen);
-    json.add(key + "_kernel_ratio", g_kernel / g_eigen);
+    json[key + "_gflops"] = g_kiln;
+    json[key + "_kernel_gflops"] = g_kernel;
+    json[key + "_eigen_gflops"] = g_eigen;
+    json[key + "_ratio"] = g_kiln / g_eigen;
+    json[key + "_kernel_ratio"] = g_kernel / g_eigen;
   }
 }
 
@@ -180,7 +175,7 @@ void bench_memory(Json& json) {
     }
     const double gbps = c.bytes / t * 1e-9;
     fmt::print("{:>22} {:>10.2f} {:>10.1f}\n", c.name, t * 1e3, gbps);
-    json.add(std::string(c.name) + "_gbps", gbps);
+    json[std::string(c.name) + "_gbps"] = gbps;
   }
 }
 
@@ -189,11 +184,16 @@ void bench_memory(Json& json) {
 int main(int argc, char** argv) {
   fmt::print("kiln core_bench: {} threads, Eigen {}.{}.{}\n\n", get_num_threads(), EIGEN_WORLD_VERSION,
              EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
-  Json json;
-  json.add("threads", get_num_threads());
-  // argv[1]: the Eigen reference binary (bench/BUILD passes it; optional when run by hand).
-  bench_matmul(json, argc > 1 ? argv[1] : nullptr);
+  std::string reference;
+  cli::App app("Kiln's core ops against Eigen: GEMM GFLOP/s and memory-bound GB/s.", "core_bench");
+  app.add_option("eigen_reference", reference,
+                 "the bench/eigen_gemm_reference binary (bench/BUILD passes it; optional when run by hand)")
+      ->check(CLI::ExistingFile);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  Json json = {{"bench", "core_bench"}};
+  json["threads"] = get_num_threads();
+  bench_matmul(json, reference.empty() ? nullptr : reference.c_str());
   bench_memory(json);
-  fmt::print("{{\"bench\": \"core_bench\", {}}}\n", json.body);
+  fmt::print("{}\n", json.dump());
   return 0;
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "cuda/allocator.h"
@@ -91,14 +93,15 @@ int main() {
       {"adamw step f32 (20M, 50 t)", 7.0 * 4 * adam_tensors * adam_each,
        [&] { kernels::adam_step[gpu](ps, gs, ms, vs, no_vmax, adamw); }},
   };
-  std::string json = "{\"bench\": \"cuda_bench\"";
+  nlohmann::ordered_json json = {{"bench", "cuda_bench"}};
   std::printf("%-26s %10s %10s %10s\n", "op", "ms", "GB/s", "of roof");
   double roof = 0;
   for (auto& r : rows) {
     const double ms = time_ms(r.f), gbs = r.bytes / ms / 1e6;
     if (roof == 0) roof = gbs;  // the first row is the memcpy
     std::printf("%-26s %10.3f %10.1f %9.0f%%\n", r.name.c_str(), ms, gbs, 100 * gbs / roof);
-    json += fmt::format(", \"{} GB/s\": {:.1f}, \"{} of roof\": {:.3f}", r.name, gbs, r.name, gbs / roof);
+    json[r.name + " GB/s"] = gbs;
+    json[r.name + " of roof"] = gbs / roof;
   }
   Tensor host = randn({n});
   Tensor pinned = cuda::pin_memory(host);
@@ -108,8 +111,9 @@ int main() {
   std::printf("%-26s %10.3f %10.1f\n", "host->device pageable", h2d, f4 / h2d / 1e6);
   std::printf("%-26s %10.3f %10.1f\n", "host->device pinned", h2d_pinned, f4 / h2d_pinned / 1e6);
   std::printf("%-26s %10.3f %10.1f\n", "device->host", d2h, f4 / d2h / 1e6);
-  json += fmt::format(", \"h2d pageable GB/s\": {:.1f}, \"h2d pinned GB/s\": {:.1f}, \"d2h GB/s\": {:.1f}}}",
-                      f4 / h2d / 1e6, f4 / h2d_pinned / 1e6, f4 / d2h / 1e6);
+  json["h2d pageable GB/s"] = f4 / h2d / 1e6;
+  json["h2d pinned GB/s"] = f4 / h2d_pinned / 1e6;
+  json["d2h GB/s"] = f4 / d2h / 1e6;
   std::printf("%s\n", cuda::memory_summary(0).c_str());
-  std::printf("%s\n", json.c_str());
+  std::printf("%s\n", json.dump().c_str());
 }

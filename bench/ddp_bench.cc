@@ -14,8 +14,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
+#include "core/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
@@ -37,7 +39,7 @@ struct Mode {
 
 void run(int steps, int blocks) {
   auto pg = dist::init_process_group();
-  std::string json;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (pg->rank() == 0) {
     fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
                "of {} steps\n",
@@ -84,30 +86,31 @@ void run(int steps, int blocks) {
       double hidden = o.comm > 0 ? 1 - o.exposed / o.comm : 0;
       fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}%\n", name, grad_mb, o.step, a.step,
                  a.step / o.step, o.comm, o.exposed, 100 * hidden);
-      json += fmt::format(
-          "{}{{\"model\": \"{}\", \"grad_mb\": {:.2f}, \"overlap_step_ms\": {:.3f}, \"after_backward_step_ms\": {:.3f}, "
-          "\"speedup\": {:.3f}, \"comm_ms\": {:.3f}, \"exposed_ms\": {:.3f}, \"after_backward_comm_ms\": {:.3f}, "
-          "\"hidden_fraction\": {:.3f}}}",
-          json.empty() ? "" : ", ", name, grad_mb, o.step, a.step, a.step / o.step, o.comm, o.exposed, a.comm, hidden);
+      results.push_back({{"model", name},
+                         {"grad_mb", grad_mb},
+                         {"overlap_step_ms", o.step},
+                         {"after_backward_step_ms", a.step},
+                         {"speedup", a.step / o.step},
+                         {"comm_ms", o.comm},
+                         {"exposed_ms", o.exposed},
+                         {"after_backward_comm_ms", a.comm},
+                         {"hidden_fraction", hidden}});
     }
   }
-  if (pg->rank() == 0) fmt::print("{{\"benchmark\": \"ddp\", \"ranks\": {}, \"results\": [{}]}}\n", pg->size(), json);
+  if (pg->rank() == 0)
+    fmt::print("{}\n",
+               nlohmann::ordered_json{{"benchmark", "ddp"}, {"ranks", pg->size()}, {"results", results}}.dump());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int nproc = 2, steps = 20, blocks = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--nproc") nproc = std::atoi(argv[i + 1]);
-    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: ddp_bench [--nproc N] [--steps S] [--blocks B]\n");
-      return 2;
-    }
-  }
+  cli::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")->check(cli::range(1, 10000));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (dist::launched_with_world()) {
     run(steps, blocks);
     return 0;

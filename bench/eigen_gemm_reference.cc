@@ -10,24 +10,32 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "bench/timing.h"
+#include "core/cli.h"
 
 using kiln::bench::now_s;
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 int main(int argc, char** argv) {
-  if (argc < 5 || (argc - 2) % 3 != 0) {
-    std::fprintf(stderr, "usage: eigen_gemm_reference THREADS M K N [M K N ...]\n");
-    return 2;
-  }
+  int threads = 1;
+  std::vector<long> dims;
+  kiln::cli::App app("Eigen's own OpenMP GEMM GFLOP/s per MxKxN shape, as one JSON line.", "eigen_gemm_reference");
+  app.add_option("threads", threads, "OpenMP threads")->required()->check(kiln::cli::range(1, 4096));
+  app.add_option("dims", dims, "M K N [M K N ...]")->required()->check(kiln::cli::range(1L, 1L << 20));
+  if (int rc = kiln::cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (dims.size() % 3 != 0)
+    return kiln::cli::usage_error(app, fmt::format("{} dims is not a list of M K N triples", dims.size()));
 #if !defined(_OPENMP)
 #error "build with -fopenmp: this reference must use Eigen's own threading"
 #endif
-  Eigen::setNbThreads(std::atoi(argv[1]));
-  std::string json = "{";
-  for (int i = 2; i + 2 < argc; i += 3) {
-    const long m = std::atol(argv[i]), k = std::atol(argv[i + 1]), n = std::atol(argv[i + 2]);
+  Eigen::setNbThreads(threads);
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (size_t i = 0; i + 2 < dims.size(); i += 3) {
+    const long m = dims[i], k = dims[i + 1], n = dims[i + 2];
     RowMat a = RowMat::Random(m, k), b = RowMat::Random(k, n), c(m, n);
     c.noalias() = a * b;  // warm-up
     std::vector<double> ts;
@@ -40,8 +48,8 @@ int main(int argc, char** argv) {
     std::sort(ts.begin(), ts.end());
     const double gflops = 2.0 * m * n * k / ts[ts.size() / 2] * 1e-9;
     const std::string key = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-    json += (json.size() > 1 ? ", \"" : "\"") + key + "\": " + std::to_string(gflops);
+    json[key] = gflops;
   }
-  std::printf("%s}\n", json.c_str());
+  std::printf("%s\n", json.dump().c_str());
   return 0;
 }

@@ -5,14 +5,16 @@
 // CUDA device it says so and exits 0.
 //   gemm_bench [--sizes 1024,2048,4096,8192]
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include "bench/timing.h"
+#include "core/cli.h"
 #include "core/matmul_precision.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -39,25 +41,15 @@ double time_ms(const std::function<void()>& f, int iters) {
   return bench::median(blocks);
 }
 
-std::vector<int64_t> parse_sizes(int argc, char** argv) {
-  std::vector<int64_t> sizes = {1024, 2048, 4096, 8192};
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--sizes") != 0) continue;
-    sizes.clear();
-    std::string s = argv[i + 1];
-    for (size_t pos = 0; pos <= s.size();) {
-      size_t comma = s.find(',', pos);
-      if (comma == std::string::npos) comma = s.size();
-      sizes.push_back(std::stoll(s.substr(pos, comma - pos)));
-      pos = comma + 1;
-    }
-  }
-  return sizes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::vector<int64_t> sizes = {1024, 2048, 4096, 8192};
+  cli::App app("CUDA GEMM TFLOP/s of Kiln's matmul and linear in f32, TF32, bf16 and f16.", "gemm_bench");
+  app.add_option("--sizes", sizes, "comma-separated square sizes")
+      ->delimiter(',')
+      ->check(cli::range<int64_t>(1, 65536));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"gemm_bench\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
@@ -71,20 +63,16 @@ int main(int argc, char** argv) {
   };
   const Mode modes[] = {{"f32", kFloat32, false}, {"tf32", kFloat32, true}, {"bf16", kBFloat16, false},
                         {"f16", kFloat16, false}};
-  std::string json = "{\"bench\": \"gemm_bench\", \"results\": [";
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
   std::printf("%-6s %-22s %10s %10s\n", "mode", "problem (M x K x N)", "ms", "TFLOP/s");
-  bool first = true;
   auto report = [&](const Mode& m, const std::string& op, int64_t M, int64_t K, int64_t N, double ms) {
     const double tflops = 2.0 * M * K * N / ms / 1e9;
     std::printf("%-6s %-22s %10.3f %10.1f\n", m.name, fmt::format("{} {}x{}x{}", op, M, K, N).c_str(), ms, tflops);
-    json += fmt::format("{}{{\"mode\": \"{}\", \"op\": \"{}\", \"M\": {}, \"K\": {}, \"N\": {}, \"ms\": {:.4f}, "
-                        "\"tflops\": {:.2f}}}",
-                        first ? "" : ", ", m.name, op, M, K, N, ms, tflops);
-    first = false;
+    results.push_back({{"mode", m.name}, {"op", op}, {"M", M}, {"K", K}, {"N", N}, {"ms", ms}, {"tflops", tflops}});
   };
   for (const Mode& m : modes) {
     set_float32_matmul_precision(m.tf32 ? Float32MatmulPrecision::high : Float32MatmulPrecision::highest);
-    for (int64_t n : parse_sizes(argc, argv)) {
+    for (int64_t n : sizes) {
       Tensor a = randn({n, n}).to(m.dtype).to(gpu), b = randn({n, n}).to(m.dtype).to(gpu);
       const int iters = n >= 8192 ? 5 : n >= 4096 ? 20 : 50;
       report(m, "matmul", n, n, n, time_ms([&] { Tensor c = matmul(a, b); }, iters));
@@ -96,6 +84,5 @@ int main(int argc, char** argv) {
     report(m, "linear+bias", M, K, N, time_ms([&] { Tensor y = op::linear(x, w, bias); }, 20));
   }
   set_float32_matmul_precision(Float32MatmulPrecision::highest);
-  json += "]}";
-  std::printf("%s\n", json.c_str());
+  std::printf("%s\n", nlohmann::ordered_json{{"bench", "gemm_bench"}, {"results", results}}.dump().c_str());
 }

@@ -34,6 +34,8 @@ enum class AutocastClass : int8_t {
   _(layer_norm, fp32) _(batch_norm, fp32)                                                         \
   _(cross_entropy, fp32) _(nll_loss, fp32) _(mse_loss, fp32) _(l1_loss, fp32)                     \
   _(binary_cross_entropy_with_logits, fp32)                                                       \
+  _(binary_cross_entropy, fp32) _(kl_div, fp32) _(smooth_l1_loss, fp32) _(huber_loss, fp32)       \
+  _(group_norm, fp32) _(rms_norm, fp32) _(normalize, fp32) _(cosine_similarity, fp32)             \
   _(scatter_add, promote) _(index_add, promote)
 
 enum class AutocastOp : int16_t {

@@ -3,6 +3,7 @@
 // adaptive_avg_pool2d is built on them. Size arguments take one value (both dims) or two (h, w).
 #pragma once
 
+#include <string>
 #include <tuple>
 
 #include "core/op_kinds.h"
@@ -15,9 +16,19 @@ namespace kiln {
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = {}, const IntList& stride = {1, 1},
               const IntList& padding = {0, 0}, const IntList& dilation = {1, 1}, int64_t groups = 1);
 
-/// torch.nn.functional.max_pool2d; an empty stride means stride = kernel. Padding is -inf.
+/// PyTorch's string paddings: "same" (stride 1; the output keeps the input's size) and "valid"
+/// (no padding). An enum, so that a braced `{0}` can only mean sizes.
+enum class ConvPadding { same, valid };
+/// conv2d with padding "same" or "valid"; `parse_conv_padding` reads the strings.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const IntList& stride, ConvPadding padding,
+              const IntList& dilation = {1, 1}, int64_t groups = 1);
+/// "same" / "valid" as ConvPadding; throws naming `op` and the string otherwise.
+ConvPadding parse_conv_padding(const std::string& s, const char* op = "conv2d");
+
+/// torch.nn.functional.max_pool2d, in its argument order; an empty stride means stride = kernel.
+/// Padding is -inf; window elements are `dilation` apart.
 Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
-                  const IntList& padding = {0, 0}, bool ceil_mode = false);
+                  const IntList& padding = {0, 0}, const IntList& dilation = {1, 1}, bool ceil_mode = false);
 
 /// max_pool2d's values and argmax indices (i64, flat h * W + w within each input plane), as
 /// torch's return_indices=True. Not recorded by autograd: its own backward uses it.
@@ -36,7 +47,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
 Conv2dParams make_conv2d_params(const IntList& stride, const IntList& padding, const IntList& dilation,
                                 int64_t groups, const char* op = "conv2d");
 Pool2dParams make_pool2d_params(const IntList& kernel, const IntList& stride, const IntList& padding,
-                                bool ceil_mode, bool count_include_pad, const char* op);
+                                bool ceil_mode, bool count_include_pad, const char* op,
+                                const IntList& dilation = {1, 1});
 
 /// The output length of a pooling window sweep (PyTorch's pooling_output_shape).
 int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode);

@@ -36,6 +36,9 @@ namespace kiln::kernels {
   _(reduce, void(ReduceKind kind, Tensor& out, const Tensor& x, const IntList& dims))            \
   /* out (i64) has x's shape with `dim` reduced to 1; kind is max or min; first index wins */     \
   _(arg_reduce, void(ReduceKind kind, Tensor& out, const Tensor& x, int64_t dim))                \
+  /* stable sort order of each row of a contiguous [rows, n] x into i64 [rows, n]; NaN sorts as \
+     the largest value */                                                                     \
+  _(argsort, void(Tensor& indices, const Tensor& x, bool descending))                          \
   _(softmax, void(Tensor& out, const Tensor& x, int64_t dim, bool log))                          \
   /* grad_x from grad_y and the forward output y */                                              \
   _(softmax_backward, void(Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, bool log)) \

@@ -23,10 +23,13 @@ template <class R, class... A> class KernelStub<R(A...)> {
   using Fn = R (*)(A...);
   constexpr explicit KernelStub(const char* name) : name_(name) {}
 
-  /// The kernel for `device`; throws "<name>: no kernel for device <device>" if missing.
+  /// The kernel for `device`; throws kiln::NotImplementedError "<name>: no kernel registered for
+  /// device <device>" if missing.
   Fn operator[](Device device) const {
     Fn f = fns_[static_cast<int>(device.type)];
-    if (f == nullptr) fail("{}: no kernel registered for device {}", name_, device);
+    if (f == nullptr)
+      throw NotImplementedError(detail::with_location(
+          fmt::format("{}: no kernel registered for device {}", name_, device), __FILE__, __LINE__));
     return f;
   }
   bool has(DeviceType type) const { return fns_[static_cast<int>(type)] != nullptr; }

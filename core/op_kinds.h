@@ -33,6 +33,7 @@ struct Pool2dParams {
   int64_t kernel[2] = {1, 1};
   int64_t stride[2] = {1, 1};
   int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};  // max_pool2d only: window elements dilation apart
   bool ceil_mode = false;
   bool count_include_pad = true;
 };

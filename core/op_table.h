@@ -28,6 +28,10 @@ namespace kiln::op {
   _(index_select, Tensor(const Tensor&, int64_t dim, const Tensor& index))                   \
   _(gather, Tensor(const Tensor&, int64_t dim, const Tensor& index))                         \
   _(scatter_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))  \
+  _(index_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))    \
+  /* rows of weight [num, dim] at integer indices [*] -> [*, dim]; padding_idx (-1: none)    \
+     gets no gradient */                                                                     \
+  _(embedding, Tensor(const Tensor& weight, const Tensor& indices, int64_t padding_idx))      \
   /* bias may be undefined */                                                                \
   _(conv2d, Tensor(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams&)) \
   _(max_pool2d, Tensor(const Tensor&, const Pool2dParams&))                                  \

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -157,6 +158,15 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
+/// beta * input + alpha * (mat1 @ mat2); input broadcasts to the product (beta == 0 ignores it).
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta = 1,
+             const Scalar& alpha = 1);
+/// beta * input + alpha * bmm(batch1, batch2).
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1,
+               const Scalar& alpha = 1);
+/// torch.einsum over letters a-z/A-Z ("bhqd,bhkd->bhqk", "ij->ji", "bi,oij,bj->bo", implicit
+/// output when "->" is absent); no "..." and no repeated letter within one operand.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
 // ---- views and shape
 Tensor view(const Tensor& x, const Shape& shape);  // one dim may be -1
@@ -184,19 +194,63 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
+// ---- sorting and scans (core/ops/sort.cc)
+/// Values and i64 indices sorted along `dim` (stable; NaN sorts as the largest value).
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+/// The k largest (or smallest) values along `dim` and their indices, in sorted order.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+/// Running sum / product along `dim`.
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor cumprod(const Tensor& x, int64_t dim);
+
+// ---- rearranging (core/ops/rearrange.cc)
+/// Reverses the order of elements along each of `dims` (a copy, as torch.flip).
+Tensor flip(const Tensor& x, const IntList& dims);
+/// Shifts elements along `dims` by `shifts`, wrapping around; no dims: over the flattened tensor.
+Tensor roll(const Tensor& x, const IntList& shifts, const IntList& dims = {});
+/// torch.Tensor.repeat: tiles x `repeats[i]` times along dim i (leading new dims allowed).
+Tensor repeat(const Tensor& x, const IntList& repeats);
+/// torch.tile: repeat, with `reps` padded with leading 1s to x's number of dims.
+Tensor tile(const Tensor& x, const IntList& reps);
+/// Lower / upper triangle of the last two dims (elements with j - i <= / >= diagonal), zeros elsewhere.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+/// clamp with tensor bounds (broadcast; either may be undefined).
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+
+/// Padding of the last dims, torch.nn.functional.pad's: `pads` = (last dim's before, after,
+/// the dim before it's before, after, ...); constant pads may be negative (crop).
+enum class PadMode { constant, reflect, replicate, circular };
+Tensor pad(const Tensor& x, const IntList& pads, PadMode mode = PadMode::constant, double value = 0.0);
+
+// ---- norms (core/ops/vector_norm.cc)
+namespace linalg {
+/// torch.linalg.vector_norm: ord > 0, 0 (count of non-zeros) or +-inf; all dims when `dims` is empty.
+Tensor vector_norm(const Tensor& x, double ord = 2, const IntList& dims = {}, bool keepdim = false);
+}  // namespace linalg
+/// torch.norm for vectors: linalg::vector_norm.
+Tensor norm(const Tensor& x, double p = 2, const IntList& dims = {}, bool keepdim = false);
+
 // ---- indexing
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// Out of place: x with src added at `index` along `dim`.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
-/// Out of place: x with src added at rows `index` along `dim` (the backward of index_select).
+/// Out of place: x with src added at rows `index` along `dim` (the backward of index_select);
+/// differentiable with respect to x and src.
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// Rows of `weight` [num, dim] at `indices` (any shape, integer) -> [*indices, dim]; the row
+/// `padding_idx` (>= 0; -1 for none) is returned as stored but receives no gradient.
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
 /// i64 class indices -> i64 one-hot with a trailing dim of num_classes (-1: max + 1).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
-// ---- in place (no autograd for leaves that require grad; bump the version counter)
+// ---- in place (bump the version counter; under autograd see core/ops/inplace.h)
 Tensor& fill_(Tensor& x, const Scalar& value);
 Tensor& copy_(Tensor& dst, const Tensor& src);
+/// Sets the elements where `mask` (bool, broadcast to x's shape) is true to `value`.
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value);
 /// Makes `t` refer to `data`'s storage, shape and dtype while keeping its identity and its
 /// autograd flags (how Module::to moves parameters without invalidating references to them).
 void set_data(Tensor& t, const Tensor& data);

@@ -5,6 +5,7 @@
 
 #include "core/autograd_meta.h"
 #include "core/ops.h"
+#include "core/view_history.h"
 
 namespace kiln {
 
@@ -71,6 +72,7 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "s
 int64_t Tensor::numel() const { return shape_numel(sizes()); }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to lay out (as PyTorch)
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (sizes()[i] == 1) continue;
@@ -99,6 +101,7 @@ AutogradMeta& Tensor::mutable_autograd_meta() const {
 }
 
 bool Tensor::requires_grad() const {
+  detail::refresh_view_history(*this);
   const AutogradMeta* m = impl().autograd.get();
   return m != nullptr && (m->requires_grad || m->grad_fn != nullptr);
 }
@@ -113,6 +116,7 @@ Tensor& Tensor::set_requires_grad(bool r) {
 }
 
 bool Tensor::is_leaf() const {
+  detail::refresh_view_history(*this);
   const AutogradMeta* m = impl().autograd.get();
   return m == nullptr || m->grad_fn == nullptr;
 }
@@ -131,6 +135,7 @@ void Tensor::set_grad(const Tensor& g) {
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> none;
+  detail::refresh_view_history(*this);
   const AutogradMeta* m = impl().autograd.get();
   return m ? m->grad_fn : none;
 }
@@ -138,6 +143,7 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), offset()); }
 
 Tensor& Tensor::detach_() {
+  impl().view_tracks_grad = false;  // cut from the graph: no longer follows its base
   if (impl().autograd) {
     impl().autograd->grad_fn.reset();
     impl().autograd->requires_grad = false;

@@ -56,6 +56,13 @@ class TensorImpl {
   DType dtype;
   std::unique_ptr<AutogradMeta> autograd;  // null until autograd needs it
   bool is_view = false;  // shares storage with the tensor it was viewed from (view ops set it)
+  // PyTorch's view + in-place semantics. A view knows its root base (the non-view tensor whose
+  // storage it shares; views share its version counter through the storage). When the storage's
+  // version moves past `view_version`, the view's autograd history is stale (its base, or
+  // another view of it, was written in place) and is rebuilt from the base's current history.
+  std::shared_ptr<TensorImpl> view_base;
+  uint32_t view_version = 0;
+  bool view_tracks_grad = false;  // made while grad mode was on: its history follows the base's
 };
 
 class Tensor {
@@ -146,6 +153,16 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  Tensor flip(const IntList& dims) const;
+  Tensor roll(const IntList& shifts, const IntList& dims = {}) const;
+  Tensor repeat(const IntList& repeats) const;
+  Tensor tile(const IntList& reps) const;
+  Tensor norm(double p = 2, const IntList& dims = {}, bool keepdim = false) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
 
   // ---- elementwise
   Tensor neg() const;
@@ -196,6 +213,7 @@ class Tensor {
   Tensor& fill_(const Scalar& value);
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
   Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
   Tensor& add_(const Scalar& other);
   Tensor& sub_(const Tensor& other, const Scalar& alpha = 1);

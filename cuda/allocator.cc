@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -43,7 +44,9 @@ class CudaBackend final : public MemoryBackend {
     DeviceGuard g(device_);
     cudaEvent_t ev = nullptr;
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    KILN_CUDA_CHECK(cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream)));
+    const cudaError_t e = cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) cudaEventDestroy(ev);
+    KILN_CUDA_CHECK(e);
     return ev;
   }
   bool event_done(void* event) override {
@@ -90,12 +93,25 @@ CachingAllocatorCore& pool_for(int device) {
   return *p[device].core;
 }
 
+void log_dealloc_failure(Device device, const void* ptr, const std::exception& e) noexcept {
+  std::fprintf(stderr, "kiln %s allocator: freeing %p failed (%s); the memory is not reused\n",
+               device.str().c_str(), ptr, e.what());
+}
+
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device device) override {
     return pool_for(device.index).allocate(nbytes, current_stream(device.index).id());
   }
-  void deallocate(void* ptr, size_t, Device device) override { pool_for(device.index).free(ptr); }
+  // Runs in tensors' destructors, where an exception would terminate the program: a failure
+  // (a bad pointer; device errors are already absorbed by the pool) is logged instead.
+  void deallocate(void* ptr, size_t, Device device) noexcept override {
+    try {
+      pool_for(device.index).free(ptr);
+    } catch (const std::exception& e) {
+      log_dealloc_failure(device, ptr, e);
+    }
+  }
 };
 
 // ---- pinned host memory
@@ -189,7 +205,13 @@ PinnedAllocator& pinned() {
 class PinnedHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device) override { return pinned().allocate(nbytes == 0 ? 1 : nbytes); }
-  void deallocate(void* ptr, size_t, Device) override { pinned().free(ptr); }
+  void deallocate(void* ptr, size_t, Device device) noexcept override {
+    try {
+      pinned().free(ptr);
+    } catch (const std::exception& e) {
+      log_dealloc_failure(device, ptr, e);
+    }
+  }
 };
 
 const bool registered = [] {

@@ -1,8 +1,9 @@
 // bmm on CUDA through cuBLAS (cublasGemmStridedBatchedEx): f32 and f64 in their own precision
-// (f32 without TF32, as the CPU reference, unless set_float32_matmul_precision("high")), f16/bf16 with f32 accumulation. Row-major C = A @ B is run as
-// column-major C^T = B^T @ A^T; an operand whose matrices are neither row- nor column-major is
-// copied first, and a strided output is written through a contiguous buffer. One cuBLAS handle
-// per thread and device, bound to the current stream at each call.
+// (f32 without TF32, as the CPU reference, unless set_float32_matmul_precision("high")),
+// f16/bf16 with f32 accumulation. Row-major C = A @ B is run as column-major C^T = B^T @ A^T; an
+// operand cuBLAS cannot read in place (neither row- nor column-major, or expanded with stride 0:
+// cuda/gemm_layout.h) is copied first, and a strided output is written through a contiguous
+// buffer. One cuBLAS handle per thread and device, bound to the current stream at each call.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -14,6 +15,7 @@
 #include "core/matmul_precision.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
+#include "cuda/gemm_layout.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
@@ -38,14 +40,15 @@ struct Operand {
   int64_t ld;
 };
 
-/// `x` [B, R, C] as the column-major transpose (R x C row-major -> C x R column-major).
+/// `x` [B, R, C] as the column-major transpose (R x C row-major -> C x R column-major), in place
+/// when its strides are a legal cuBLAS layout; an expanded (stride 0) or overlapping matrix is
+/// copied, since a leading dimension raised to the legal minimum would read values it lacks.
 Operand as_transposed(const Tensor& x) {
-  const int64_t R = x.size(1), C = x.size(2), sr = x.stride(1), sc = x.stride(2);
-  if (sc == 1 || C == 1) return {x, CUBLAS_OP_N, std::max<int64_t>({sr, C, 1})};
-  if (sr == 1 || R == 1) return {x, CUBLAS_OP_T, std::max<int64_t>({sc, R, 1})};
+  if (auto l = blas_layout(x.size(1), x.size(2), x.stride(1), x.stride(2)))
+    return {x, l->transposed ? CUBLAS_OP_T : CUBLAS_OP_N, l->ld};
   Tensor c = make_tensor(x.sizes(), x.dtype(), x.device());
   kernels::copy[x.device()](c, x);
-  return {c, CUBLAS_OP_N, std::max<int64_t>(C, 1)};
+  return {c, CUBLAS_OP_N, std::max<int64_t>(x.size(2), 1)};
 }
 
 int checked_int(int64_t v, const char* what) {
@@ -77,10 +80,11 @@ void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
     default: fail("bmm (cuda): dtype {} is not supported (floating types only)", a.dtype());
   }
   const Operand A = as_transposed(a), Bm = as_transposed(b);
-  const bool direct = (out.stride(2) == 1 || N == 1) && (out.stride(1) >= N || M == 1) &&
-                      (out.stride(0) >= M * N || B == 1);
+  // The output is written as op N only (C^T column-major), each matrix apart from the others.
+  const std::optional<BlasLayout> out_layout = blas_layout(M, N, out.stride(1), out.stride(2));
+  const bool direct = out_layout && !out_layout->transposed && (out.stride(0) >= M * N || B == 1);
   Tensor c = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
-  const int64_t ldc = std::max<int64_t>({direct ? c.stride(1) : N, N, 1});
+  const int64_t ldc = direct ? out_layout->ld : std::max<int64_t>(N, 1);
   const double one_d = 1, zero_d = 0;
   const float one_f = 1, zero_f = 0;
   const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&one_d) : &one_f;

@@ -2,9 +2,10 @@
 // in the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS) instead of a second pass over the output.
 // Row-major out is the column-major D (N x M) = op_T(w: K x N, ld K) * x (K x M, ld K), so the
 // bias is D's per-row vector. f32 (TF32 when set_float32_matmul_precision("high")), f16/bf16
-// with f32 accumulation; f64 and anything cuBLASLt finds no algorithm for (or misaligned
-// pointers) take bmm + add. Plans (descriptors and the heuristic's algorithm) are cached per
-// thread by shape, dtype and options; workspaces come from the caching allocator.
+// with f32 accumulation; f64 and anything cuBLASLt finds no algorithm for (or pointers below 16
+// bytes of alignment) take bmm + add. The heuristic is told each pointer's real alignment (it
+// assumes 256 bytes otherwise). Plans (descriptors and the heuristic's algorithm) are cached per
+// thread by shape, dtype, options and alignments; workspaces come from the caching allocator.
 #include <cublasLt.h>
 
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/matmul_precision.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
+#include "cuda/gemm_layout.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
@@ -40,13 +42,24 @@ struct Plan {
   bool ok = false;
 };
 
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int, bool, bool>;  // dev, M, N, K, dtype, tf32, bias
+/// Byte alignments of the pointers cuBLASLt reads and writes: A (w), B (x), C and D (out).
+struct Alignments {
+  uint32_t a = 256, b = 256, d = 256;
+};
+
+// dev, M, N, K, dtype, tf32, bias, alignments of A, B and D (C is D)
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int, bool, bool, uint32_t, uint32_t, uint32_t>;
 
 template <class T> void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
   KILN_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)));
 }
 
-Plan make_plan(cublasLtHandle_t h, int64_t M, int64_t N, int64_t K, DType dt, bool tf32, bool bias) {
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a, uint32_t v) {
+  KILN_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, a, &v, sizeof(v)));
+}
+
+Plan make_plan(cublasLtHandle_t h, int64_t M, int64_t N, int64_t K, DType dt, bool tf32, bool bias,
+               const Alignments& align) {
   const cudaDataType_t type = dt == kFloat16 ? CUDA_R_16F : dt == kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   Plan p;
@@ -62,6 +75,10 @@ Plan make_plan(cublasLtHandle_t h, int64_t M, int64_t N, int64_t K, DType dt, bo
   const size_t ws = kWorkspaceBytes;
   KILN_CUBLASLT_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.a);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.b);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.d);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.d);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
@@ -74,16 +91,21 @@ Plan make_plan(cublasLtHandle_t h, int64_t M, int64_t N, int64_t K, DType dt, bo
   return p;
 }
 
-const Plan& plan_for(int device, int64_t M, int64_t N, int64_t K, DType dt, bool tf32, bool bias) {
-  // Kept for the thread's life, like the handles: a model has a handful of shapes.
+const Plan& plan_for(int device, int64_t M, int64_t N, int64_t K, DType dt, bool tf32, bool bias,
+                     const Alignments& align) {
+  // Kept for the thread's life, like the handles: a model has a handful of shapes (and views
+  // at a handful of offsets).
   thread_local std::map<PlanKey, Plan> plans;
-  const PlanKey key{device, M, N, K, static_cast<int>(dt), tf32, bias};
+  const PlanKey key{device, M, N, K, static_cast<int>(dt), tf32, bias, align.a, align.b, align.d};
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(lt_handle(device), M, N, K, dt, tf32, bias)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(lt_handle(device), M, N, K, dt, tf32, bias, align)).first;
   return it->second;
 }
 
-bool aligned16(const Tensor& t) { return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+uint32_t alignment(const Tensor& t) {
+  return t.defined() ? gemm_pointer_alignment(reinterpret_cast<uintptr_t>(t.data_ptr())) : 256;
+}
+bool aligned16(const Tensor& t) { return alignment(t) >= 16; }
 
 /// The path for what cuBLASLt does not take: bmm, then the bias as a broadcast add.
 void linear_fallback(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -109,7 +131,8 @@ void linear_kernel(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& 
   const bool supported = (dt == kFloat32 || dt == kFloat16 || dt == kBFloat16) && K > 0 && aligned16(out) &&
                          aligned16(x) && aligned16(w) && aligned16(bias);
   const bool tf32 = dt == kFloat32 && allow_tf32();
-  const Plan* p = supported ? &plan_for(dev, M, N, K, dt, tf32, bias.defined()) : nullptr;
+  const Alignments align{alignment(w), alignment(x), alignment(out)};
+  const Plan* p = supported ? &plan_for(dev, M, N, K, dt, tf32, bias.defined(), align) : nullptr;
   if (p == nullptr || !p->ok) return linear_fallback(out, x, w, bias);
   if (bias.defined()) {
     const void* bp = bias.data_ptr();

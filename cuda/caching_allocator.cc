@@ -1,6 +1,7 @@
 #include "cuda/caching_allocator.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -100,15 +101,30 @@ void CachingAllocatorCore::free(void* ptr) {
   stats_.allocated -= b->size;
   if (!b->stream_uses.empty()) {
     // Other streams may still read or write it: reuse waits for their queued work.
-    for (StreamId s : b->stream_uses) {
-      pending_.push_back({backend_.record_event(s), b});
-      ++b->pending_events;
+    stats_.pending_free += b->size;
+    try {
+      for (StreamId s : b->stream_uses) {
+        void* event = backend_.record_event(s);
+        pending_.push_back({event, b});
+        ++b->pending_events;
+      }
+    } catch (const std::exception& e) {
+      // Called from tensors' destructors: throwing here would terminate the program.
+      stats_.pending_free -= b->size;
+      abandon(b, "recording the event of a stream that used it", e);
     }
     b->stream_uses.clear();
-    stats_.pending_free += b->size;
     return;
   }
   return_block(b);
+}
+
+void CachingAllocatorCore::abandon(Block* b, const char* what, const std::exception& e) {
+  if (b->abandoned) return;
+  b->abandoned = true;
+  stats_.abandoned += b->size;
+  std::fprintf(stderr, "kiln %s caching allocator: %s failed (%s); the block of %s at %p is never reused\n",
+               device_name_.c_str(), what, e.what(), format_bytes(b->size).c_str(), static_cast<void*>(b->ptr));
 }
 
 void CachingAllocatorCore::record_stream(void* ptr, StreamId stream) {
@@ -144,12 +160,20 @@ void CachingAllocatorCore::process_events() {
   if (pending_.empty()) return;
   std::vector<PendingEvent> still;
   for (PendingEvent& e : pending_) {
-    if (!backend_.event_done(e.event)) {
+    bool done = false;
+    try {
+      done = backend_.event_done(e.event);
+    } catch (const std::exception& err) {
+      if (!e.block->abandoned) stats_.pending_free -= e.block->size;
+      abandon(e.block, "querying the event of a stream that used it", err);
+      done = true;
+    }
+    if (!done) {
       still.push_back(e);
       continue;
     }
     backend_.destroy_event(e.event);
-    if (--e.block->pending_events == 0) {
+    if (--e.block->pending_events == 0 && !e.block->abandoned) {
       stats_.pending_free -= e.block->size;
       return_block(e.block);
     }
@@ -163,7 +187,12 @@ size_t CachingAllocatorCore::release_cached() {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
       if (b->prev == nullptr && b->next == nullptr) {
-        backend_.raw_free(b->ptr);
+        try {
+          backend_.raw_free(b->ptr);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "kiln %s caching allocator: freeing a segment of %s failed (%s); it is forgotten\n",
+                       device_name_.c_str(), format_bytes(b->size).c_str(), e.what());
+        }
         released += b->size;
         stats_.reserved -= b->size;
         --stats_.segments;
@@ -186,7 +215,7 @@ void CachingAllocatorCore::empty_cache() {
 
 void CachingAllocatorCore::throw_oom(size_t nbytes, size_t rounded, size_t segment) {
   ++stats_.num_ooms;
-  const size_t cached = stats_.reserved - stats_.allocated - stats_.pending_free;
+  const size_t cached = stats_.reserved - stats_.allocated - stats_.pending_free - stats_.abandoned;
   std::string device;
   size_t free_mem = 0, total = 0;
   if (backend_.memory_info(&free_mem, &total))
@@ -202,7 +231,7 @@ void CachingAllocatorCore::throw_oom(size_t nbytes, size_t rounded, size_t segme
 MemoryStats CachingAllocatorCore::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   MemoryStats s = stats_;
-  s.cached = s.reserved - s.allocated - s.pending_free;
+  s.cached = s.reserved - s.allocated - s.pending_free - s.abandoned;
   return s;
 }
 
@@ -233,6 +262,9 @@ std::string CachingAllocatorCore::summary() const {
                    large_pool_.size(), format_bytes(large_free));
   s += fmt::format("  waiting       {:>12}  (freed, in use by another stream until its event)\n",
                    format_bytes(stats_.pending_free));
+  if (stats_.abandoned > 0)
+    s += fmt::format("  abandoned     {:>12}  (freed after a device error: never reused)\n",
+                     format_bytes(stats_.abandoned));
   s += fmt::format("  calls         {} allocations, {} frees, {} device allocations, {} device frees, {} out of memory\n",
                    stats_.num_allocs, stats_.num_frees, stats_.num_raw_allocs, stats_.num_raw_frees,
                    stats_.num_ooms);

@@ -45,6 +45,7 @@ struct MemoryStats {
   size_t peak_reserved = 0;
   size_t cached = 0;          ///< reserved bytes in free blocks ready for reuse
   size_t pending_free = 0;    ///< freed bytes waiting on another stream's event
+  size_t abandoned = 0;       ///< freed bytes given up after a device error (never reused)
   int64_t active_blocks = 0;
   int64_t segments = 0;
   int64_t num_allocs = 0;
@@ -74,11 +75,15 @@ class CachingAllocatorCore {
   /// (the out-of-memory message) when the device cannot supply it even after emptying the cache.
   void* allocate(size_t nbytes, StreamId stream);
   /// Returns a block to its stream's pool (after the events of its other streams, if any).
+  /// A device error on the way (an event that cannot be recorded or queried after a sticky
+  /// error) does not throw: it is logged and the block abandoned, since its last use is unknown.
+  /// Throws only for a pointer this allocator did not hand out.
   void free(void* ptr);
   /// Marks a block as used on `stream` too: when freed it is not reused until the work queued
   /// on `stream` by then has finished.
   void record_stream(void* ptr, StreamId stream);
-  /// Gives every fully free segment back to the device.
+  /// Gives every fully free segment back to the device (one the device refuses is logged and
+  /// forgotten: after a device error its memory is gone with the context).
   void empty_cache();
 
   MemoryStats stats() const;
@@ -100,6 +105,7 @@ class CachingAllocatorCore {
     bool small;
     bool allocated = false;  // handed out, or freed but waiting on events
     int pending_events = 0;
+    bool abandoned = false;  // a device error made its last use unknowable: never reused
     Block* prev = nullptr;   // neighbours within one segment
     Block* next = nullptr;
     std::set<StreamId> stream_uses;
@@ -121,6 +127,7 @@ class CachingAllocatorCore {
   Block* find_free(size_t size, StreamId stream, bool small);
   void return_block(Block* b);  // merges with free neighbours and puts it in its pool
   void process_events();
+  void abandon(Block* b, const char* what, const std::exception& e);  // logs; counts it abandoned
   size_t release_cached();  // frees unsplit free segments; returns bytes released
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment);
 

@@ -1,15 +1,19 @@
 // conv2d and its backward on CUDA through cuDNN (legacy convolution API): NCHW, groups,
 // stride/padding/dilation; f32/f64 without TF32 (FMA math, as the CPU reference) unless
 // set_float32_matmul_precision("high") allows TF32 for f32, f16/bf16 with tensor cores and f32
-// accumulation. Algorithms come from cuDNN's heuristics (the first one that runs), workspaces
-// from the caching allocator. One handle per thread and device.
+// accumulation. Algorithms come from cuDNN's heuristics: the first runnable one whose math type
+// keeps that policy and whose workspace the caching allocator can give (cuda/conv_algo.h), run
+// with its own math type set on the descriptor. One handle per thread and device.
 #include <cudnn.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dense.h"
 #include "core/kernels.h"
 #include "core/matmul_precision.h"
+#include "cuda/conv_algo.h"
 #include "cuda/cudnn_handle.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
@@ -81,11 +85,55 @@ Tensor workspace(size_t bytes, Device device) {
 }
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-/// The first heuristic choice cuDNN reports as runnable.
-template <class Perf> const Perf& pick(const std::vector<Perf>& perf, int n, const char* what) {
+ConvMath conv_math(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_TENSOR_OP_MATH: return ConvMath::kTensorOp;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return ConvMath::kTensorOpAllowConversion;
+    case CUDNN_FMA_MATH: return ConvMath::kFma;
+    default: return ConvMath::kDefault;
+  }
+}
+
+cudnnMathType_t cudnn_math(ConvMath m) {
+  switch (m) {
+    case ConvMath::kTensorOp: return CUDNN_TENSOR_OP_MATH;
+    case ConvMath::kTensorOpAllowConversion: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case ConvMath::kFma: return CUDNN_FMA_MATH;
+    case ConvMath::kDefault: break;
+  }
+  return CUDNN_DEFAULT_MATH;
+}
+
+/// The algorithm to run from cuDNN's ranked answer (`n` entries of `perf`), its workspace (in
+/// `ws`) and, set on `cd`, its math type; the next one when a workspace cannot be allocated.
+template <class Perf>
+const Perf& choose(const std::vector<Perf>& perf, int n, ConvDesc& cd, DType t, Device device, Tensor& ws,
+                   const char* what, const Tensor& x, const Tensor& w) {
+  std::vector<ConvCandidate> candidates;
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
-  fail("conv2d (cuda): cuDNN has no {} algorithm for this configuration", what);
+    candidates.push_back({perf[i].status == CUDNN_STATUS_SUCCESS, conv_math(perf[i].mathType), perf[i].memory});
+  std::string alloc_error;
+  auto reserve = [&](size_t bytes) {
+    try {
+      ws = workspace(bytes, device);
+      return true;
+    } catch (const Error& e) {
+      alloc_error = e.what();
+      return false;
+    }
+  };
+  const bool exact = t == kFloat64 || (t == kFloat32 && !allow_tf32());
+  const std::optional<ConvChoice> c = choose_conv_algo(candidates, exact, reserve);
+  if (!c) {
+    std::vector<size_t> sizes;
+    for (const ConvCandidate& k : candidates)
+      if (k.runnable) sizes.push_back(k.workspace);
+    fail("conv2d (cuda): no {} algorithm runs for x {} w {} {} ({} candidates, runnable ones need workspaces of {} "
+         "bytes{}{})",
+         what, x.sizes(), w.sizes(), t, n, sizes, alloc_error.empty() ? "" : "; last allocation failed: ", alloc_error);
+  }
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, cudnn_math(c->math)));
+  return perf[c->index];
 }
 
 void check_operands(const Tensor& x, const Tensor& w, const char* op) {
@@ -109,8 +157,8 @@ void conv2d_kernel(Tensor& out, const Tensor& x0, const Tensor& w0, const Tensor
   std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
   KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, static_cast<int>(perf.size()), &n,
                                                           perf.data()));
-  const auto& algo = pick(perf, n, "forward");
-  Tensor ws = workspace(algo.memory, out.device());
+  Tensor ws;
+  const auto& algo = choose(perf, n, cd, t, out.device(), ws, "forward", x, w);
   KILN_CUDNN_CHECK(cudnnConvolutionForward(h, kCudnnOne.for_type(t), xd.d, x.data_ptr(), wd.d, w.data_ptr(), cd.d,
                                            algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), yd.d,
                                            y.data_ptr()));
@@ -143,8 +191,8 @@ void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, c
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d,
                                                                  static_cast<int>(perf.size()), &n, perf.data()));
-    const auto& algo = pick(perf, n, "backward-data");
-    Tensor ws = workspace(algo.memory, gy.device());
+    Tensor ws;
+    const auto& algo = choose(perf, n, cd, t, gy.device(), ws, "backward-data", x, w);
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, kCudnnOne.for_type(t), wd.d, w.data_ptr(), yd.d, gy.data_ptr(),
                                                   cd.d, algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), xd.d,
                                                   gx.data_ptr()));
@@ -156,8 +204,8 @@ void conv2d_backward_kernel(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, c
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
                                                                    static_cast<int>(perf.size()), &n, perf.data()));
-    const auto& algo = pick(perf, n, "backward-filter");
-    Tensor ws = workspace(algo.memory, gy.device());
+    Tensor ws;
+    const auto& algo = choose(perf, n, cd, t, gy.device(), ws, "backward-filter", x, w);
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kCudnnOne.for_type(t), xd.d, x.data_ptr(), yd.d, gy.data_ptr(),
                                                     cd.d, algo.algo, ptr(ws), algo.memory, kCudnnZero.for_type(t), wd.d,
                                                     gw.data_ptr()));

@@ -1,3 +1,5 @@
+// The CUDA half of tensor.to(device): host <-> device and device <-> device copies on the current
+// streams, with the events that keep pinned and device blocks alive until the copy is done.
 #include "cuda/copy.h"
 
 #include <cuda_runtime_api.h>
@@ -32,10 +34,18 @@ void copy_across_devices(Tensor& out, const Tensor& src) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDeviceToHost, s.raw()));
     s.synchronize();
   } else if (out.is_cuda() && src.is_cuda()) {
-    current_stream(src.device().index).synchronize();
+    // On the destination's stream, after the work queued on the source's; then the source's stream
+    // waits for the copy, so the allocator cannot hand the source block to the next kernel queued
+    // there while the copy still reads it. Neither wait blocks the host.
+    const Stream src_stream = current_stream(src.device().index), dst_stream = current_stream(out.device().index);
+    Event src_ready, copied;
+    src_ready.record(src_stream);
+    dst_stream.wait(src_ready);
     DeviceGuard g(out.device());
-    Stream s = current_stream(out.device().index);
-    KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, out.device().index, from, src.device().index, nbytes, s.raw()));
+    KILN_CUDA_CHECK(
+        cudaMemcpyPeerAsync(dst, out.device().index, from, src.device().index, nbytes, dst_stream.raw()));
+    copied.record(dst_stream);
+    src_stream.wait(copied);
   } else {
     fail("copy_across_devices: {} -> {} is not a CUDA copy", src.device(), out.device());
   }

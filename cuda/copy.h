@@ -2,7 +2,8 @@
 // Host -> device returns as soon as the source has been read (at once when it is pinned: see
 // pin_memory in cuda/allocator.h, whose block is then held until the copy is done); device ->
 // host waits for the copy, since the caller reads the result next; device -> device between two
-// GPUs first waits for the source device's current stream.
+// GPUs runs on the destination's stream after the source's queued work, and the source's stream
+// then waits for the copy (events, not the host), so the source block is not reused mid-copy.
 #pragma once
 
 #include "core/tensor.h"

@@ -63,6 +63,10 @@ class DistributedDataParallel {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  /// Arms the next backward to all-reduce, as a synchronised forward does: for callers that run
+  /// several forwards (under no_sync) before their backwards, such as pipeline schedules.
+  void prepare_for_backward() { reducer_->prepare_for_backward(); }
+
   nn::Module& module() { return *module_; }
   ProcessGroup& process_group() { return *pg_; }
   /// Communication timings of the last synchronised backward.

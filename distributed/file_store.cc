@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/errors.h"
 #include "distributed/store_value.h"
 #include "distributed/tcp_store_protocol.h"
 
@@ -208,9 +209,9 @@ void FileStore::poll_until(const std::vector<std::string>& keys, Millis timeout,
         std::vector<std::string> missing;
         for (const auto& k : keys)
           if (!cache_.count(k)) missing.push_back(k);
-        fail("FileStore {}: timed out after {} ms waiting for {} {}{} in \"{}\"", what, timeout.count(),
-             keys.size() == 1 ? "key" : "keys", quoted_keys(keys),
-             keys.size() == 1 ? "" : fmt::format(" (still missing: {})", quoted_keys(missing)), path_);
+        KILN_DIST_FAIL(TimeoutError, "FileStore {}: timed out after {} ms waiting for {} {}{} in \"{}\"", what,
+                       timeout.count(), keys.size() == 1 ? "key" : "keys", quoted_keys(keys),
+                       keys.size() == 1 ? "" : fmt::format(" (still missing: {})", quoted_keys(missing)), path_);
       }
     }
     // Polling is the price of a plain file; the nap grows so an idle wait costs little.

@@ -1,5 +1,7 @@
 #include "distributed/gloo_backend.h"
 
+#include <signal.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -9,12 +11,29 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <gloo/common/error.h>
+
+#include <string_view>
+
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
+#include "distributed/errors.h"
 
 namespace kiln::dist {
 namespace {
+
+/// Throws `message` as TimeoutError when `cause` is a timeout (Kiln's or Gloo's "Timed out
+/// waiting"), PeerError when a peer went away (Kiln's, or any other Gloo I/O error: a closed or
+/// reset connection), else kiln::Error.
+[[noreturn]] void rethrow_classified(const std::exception& cause, std::string message) {
+  if (dynamic_cast<const gloo::IoException*>(&cause)) {
+    if (std::string_view(cause.what()).find("Timed out") != std::string_view::npos)
+      throw TimeoutError(std::move(message));
+    throw PeerError(std::move(message));
+  }
+  rethrow_as(cause, std::move(message));
+}
 
 // Gloo's rendezvous talks to Kiln's store.
 class GlooStore final : public gloo::rendezvous::Store {
@@ -87,6 +106,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(rank, size, options.timeout), store_(std::move(store)) {
   KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroupGloo: rank {} is out of range for size {}", rank,
              size);
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a peer that dies would kill this rank
+  // silently with SIGPIPE instead of failing the transfer with an error that names it.
+  struct sigaction old_action {};
+  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   gloo::transport::tcp::attr attr;
   if (!options.iface.empty())
     attr.iface = options.iface;
@@ -99,8 +122,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   try {
     context->connectFullMesh(gloo_store, device);
   } catch (const std::exception& e) {
-    fail("ProcessGroupGloo: rank {} of {} could not connect to its peers at {}: {}", rank, size,
-         options.iface.empty() ? options.hostname : options.iface, e.what());
+    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} could not connect to its peers at {}: {}", rank,
+                                      size, options.iface.empty() ? options.hostname : options.iface, e.what()));
   }
   context_ = context;
   arrivals_ = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress", store_), rank, size,
@@ -114,8 +137,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     o.setTimeout(options.timeout);
     gloo::barrier(o);
   } catch (const std::exception& e) {
-    fail("ProcessGroupGloo: rank {} of {} connected, but not every peer finished connecting: {}", rank, size,
-         e.what());
+    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} connected, but not every peer finished "
+                                      "connecting: {}", rank, size, e.what()));
   }
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
   worker_ = std::thread([this] { worker_loop(); });
@@ -139,7 +162,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 }
 
 WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later) {
-  auto work = std::make_shared<Work>(name, ++next_seq_);
+  // Sends and receives involve two ranks only: numbering them with the collectives would give
+  // the next collective a different sequence number (and Gloo tag) on each rank.
+  auto work = std::make_shared<Work>(name, completes_later ? ++next_p2p_seq_ : ++next_seq_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     KILN_CHECK(!stop_, "{}: the process group is shut down", name);
@@ -151,8 +176,18 @@ WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Tas
 
 void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
   double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
+  if (task.completes_later) {  // point to point: the peer is named by the caller's arguments
+    task.work->finish(std::make_exception_ptr(
+        Error(fmt::format("{} #{} failed after {:.1f} s on rank {}: {}", task.work->name(), task.work->seq(), seconds,
+                          rank_, e.what()))));
+    return;
+  }
   std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
-  task.work->finish(std::make_exception_ptr(Error(msg)));
+  try {
+    rethrow_classified(e, std::move(msg));  // the caller of wait() gets the same kind of error
+  } catch (...) {
+    task.work->finish(std::current_exception());
+  }
 }
 
 void ProcessGroupGloo::worker_loop() {
@@ -167,7 +202,7 @@ void ProcessGroupGloo::worker_loop() {
       queue_.pop_front();
     }
     task.work->mark_started();
-    arrivals_->entered(task.work->seq());
+    if (!task.completes_later) arrivals_->entered(task.work->seq());
     try {
       task.run(task);
       if (!task.completes_later) task.work->finish();
@@ -324,7 +359,7 @@ WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) {
     std::lock_guard<std::mutex> lock(mu_);
     p2p_queue_.push_back(Task{task.work, [this, buf, h](const Task&) {
                                 if (!buf->waitSend(timeout_)) kiln::fail("send was aborted");
-                              }});
+                              }, /*completes_later=*/true});
     cv_.notify_all();
   }, /*completes_later=*/true);
 }
@@ -342,7 +377,7 @@ WorkPtr ProcessGroupGloo::recv(Tensor t, int src, int tag_) {
     p2p_queue_.push_back(Task{task.work, [this, buf, h, t](const Task&) {
                                 if (!buf->waitRecv(timeout_)) kiln::fail("recv was aborted");
                                 unstage(t, h);
-                              }});
+                              }, /*completes_later=*/true});
     cv_.notify_all();
   }, /*completes_later=*/true);
 }

@@ -67,7 +67,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalLog> arrivals_;
   std::unique_ptr<ShmAllreduce> shm_;  // null unless all ranks share this host
-  uint64_t next_seq_ = 0;  // issue order (the caller's thread)
+  uint64_t next_seq_ = 0;      // collectives in issue order (the caller's thread)
+  uint64_t next_p2p_seq_ = 0;  // sends and receives, numbered apart
 
   std::mutex mu_;
   std::condition_variable cv_;

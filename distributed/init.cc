@@ -6,6 +6,8 @@
 #include <map>
 #include <mutex>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "distributed/gloo_backend.h"
 #include "distributed/rendezvous.h"
@@ -15,6 +17,11 @@ namespace {
 
 std::mutex g_mu;
 std::shared_ptr<ProcessGroup> g_default;
+// What new_group needs to make subgroups like the default one.
+std::shared_ptr<Store> g_store;
+std::string g_backend;
+Millis g_timeout{};
+int g_groups = 0;  // new_group calls so far (the same count on every rank)
 
 std::map<std::string, BackendFactory>& backends() {
   static std::map<std::string, BackendFactory> m;
@@ -69,7 +76,46 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
               : std::make_shared<ProcessGroupGloo>(rv.store, rv.rank, rv.world_size, gloo_options(options.timeout));
   std::lock_guard<std::mutex> lock(g_mu);
   g_default = pg;
+  g_store = rv.store;
+  g_backend = options.backend;
+  g_timeout = options.timeout;
+  g_groups = 0;
   return pg;
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
+  std::shared_ptr<ProcessGroup> world = default_group();
+  std::shared_ptr<Store> store;
+  std::string backend;
+  Millis timeout;
+  int id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    store = g_store;
+    backend = g_backend;
+    timeout = g_timeout;
+    id = g_groups++;
+  }
+  bool valid = !ranks.empty();
+  for (size_t i = 0; valid && i < ranks.size(); ++i)
+    valid = ranks[i] >= 0 && ranks[i] < world->size() && (i == 0 || ranks[i - 1] < ranks[i]);
+  KILN_CHECK(valid, "new_group: ranks {} must be distinct, increasing and within the world of {} ranks", ranks,
+             world->size());
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == world->rank()) index = static_cast<int>(i);
+  if (index < 0) return nullptr;
+  auto sub = std::make_shared<PrefixStore>("group/" + std::to_string(id), store);
+  const int size = static_cast<int>(ranks.size());
+  if (backend != "gloo") {
+    BackendFactory factory;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      factory = backends().at(backend);
+    }
+    return factory(sub, index, size, timeout);
+  }
+  return std::make_shared<ProcessGroupGloo>(sub, index, size, gloo_options(timeout));
 }
 
 bool is_initialized() {

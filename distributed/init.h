@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "distributed/process_group.h"
 
@@ -32,6 +33,13 @@ int get_rank();        // 0 when not initialised
 int get_world_size();  // 1 when not initialised
 /// Drops the default group (its threads stop once nobody else holds it).
 void destroy_process_group();
+
+/// A process group over a subset of the default group's ranks (as torch.distributed.new_group):
+/// every rank of the default group must call it, with the same `ranks`, in the same order
+/// (members connect through their own prefix of the rendezvous store). Returns the subgroup,
+/// where this process has rank = its index in `ranks`, or null when it is not a member. Same
+/// backend and timeout as the default group.
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
 /// True when the environment describes a multi-process job (WORLD_SIZE set and > 1).
 bool launched_with_world();

@@ -1,8 +1,12 @@
+// The NCCL process group: a non-blocking communicator (set-up and every call polled with the
+// group's timeout, aborted on failure), collectives on the group's stream, each inside
+// ncclGroupStart/End, and a destructor that gives up on a dead peer instead of hanging.
 #include "distributed/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -15,6 +19,7 @@
 #include "cuda/error.h"
 #include "cuda/stream.h"
 #include "distributed/init.h"
+#include "distributed/nccl_progress.h"
 
 namespace kiln::dist {
 namespace {
@@ -53,6 +58,34 @@ struct ProcessGroupNCCL::Impl {
   Millis timeout;
 
   Impl(int dev, Millis t) : device(dev), stream(dev, /*priority=*/-1), timeout(t) {}
+
+  /// Aborts the communicator (at most once): what a failed or timed-out call leaves.
+  void abort() {
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+
+  /// The communicator's state as a poll step: ncclInProgress while a non-blocking call runs.
+  Progress state(ncclResult_t* async) const {
+    *async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, async) != ncclSuccess) *async = ncclInternalError;
+    return *async == ncclInProgress ? Progress::kPending : *async == ncclSuccess ? Progress::kDone : Progress::kFailed;
+  }
+
+  /// Completes a call on the non-blocking communicator: `r` (what the call returned) in progress
+  /// is polled until it settles; an error or the timeout aborts the communicator and throws.
+  void settle(ncclResult_t r, const std::string& what) {
+    ncclResult_t async = r;
+    Progress p = r == ncclSuccess ? Progress::kDone : r == ncclInProgress ? Progress::kPending : Progress::kFailed;
+    if (p == Progress::kPending && comm != nullptr) p = poll_until_settled([&] { return state(&async); }, timeout);
+    if (p == Progress::kDone) return;
+    const std::string cause = p == Progress::kPending
+                                  ? fmt::format("not done after the group's timeout of {} ms", timeout.count())
+                                  : fmt::format("NCCL error: {} ({})", ncclGetErrorString(async),
+                                                comm != nullptr ? ncclGetLastError(comm) : "no communicator");
+    abort();
+    fail("{}: {}; the communicator was aborted", what, cause);
+  }
 };
 
 namespace {
@@ -62,14 +95,22 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::string name, uint64_t seq, ProcessGroupNCCL::Impl& g, std::vector<Tensor> keep)
-      : Work(std::move(name), seq), g_(g), keep_(std::move(keep)) {}
+      : Work(std::move(name), seq), g_(g), keep_(std::move(keep)), timeout_(g.timeout) {}
   ~NcclWork() override {
-    if (done_event_.recorded()) {
+    // The tensors are released only once the collective is done with them; a collective stuck on
+    // a dead peer is given up after the timeout and its tensors leaked, never reused under it.
+    auto step = [&] {
       try {
-        done_event_.synchronize();
+        return done_event_.query() ? Progress::kDone : Progress::kPending;
       } catch (const std::exception&) {
+        return Progress::kFailed;
       }
-    }
+    };
+    if (poll_until_settled(step, timeout_, std::chrono::microseconds(200)) == Progress::kDone) return;
+    std::fprintf(stderr, "kiln NCCL: %s #%llu did not finish within %lld ms; its %zu tensors are leaked\n",
+                 name().c_str(), static_cast<unsigned long long>(seq()), static_cast<long long>(timeout_.count()),
+                 keep_.size());
+    new std::vector<Tensor>(std::move(keep_));  // deliberately never freed
   }
 
   cuda::Event& done_event() { return done_event_; }
@@ -82,13 +123,16 @@ class NcclWork final : public Work {
     const auto start = Clock::now();
     while (!done_event_.query()) {
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(g_.comm, &async);
+      if (g_.comm != nullptr) g_.state(&async);
+      if (g_.comm == nullptr) async = ncclInvalidUsage;  // aborted by another failure meanwhile
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (async != ncclSuccess || Clock::now() - start > g_.timeout) {
-        std::string cause = async != ncclSuccess ? fmt::format("NCCL error: {}", ncclGetErrorString(async))
-                                                 : fmt::format("timed out after {} ms", g_.timeout.count());
-        ncclCommAbort(g_.comm);
-        g_.comm = nullptr;
+      if ((async != ncclSuccess && async != ncclInProgress) || Clock::now() - start > g_.timeout) {
+        std::string cause = async == ncclInvalidUsage && g_.comm == nullptr
+                                ? std::string("the communicator was aborted by an earlier failure")
+                            : async != ncclSuccess && async != ncclInProgress
+                                ? fmt::format("NCCL error: {}", ncclGetErrorString(async))
+                                : fmt::format("timed out after {} ms", g_.timeout.count());
+        g_.abort();
         fail("{}", g_.arrivals->describe_failure(name(), seq(), seconds, cause));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -101,6 +145,7 @@ class NcclWork final : public Work {
  private:
   ProcessGroupNCCL::Impl& g_;
   std::vector<Tensor> keep_;
+  Millis timeout_;
   cuda::Event done_event_;
 };
 
@@ -125,7 +170,9 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   impl_ = std::make_unique<Impl>(device, timeout);
   cuda::DeviceGuard guard(impl_->device);
   ncclUniqueId id;
-  auto ids = std::make_shared<PrefixStore>("nccl", store_);
+  // A prefix of this group's own: a second NCCL group must not read the first one's id.
+  const std::string prefix = next_nccl_group_prefix();
+  auto ids = std::make_shared<PrefixStore>(prefix, store_);
   if (rank == 0) {
     KILN_NCCL_CHECK(ncclGetUniqueId(&id));
     ids->set("unique_id", Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
@@ -135,25 +182,52 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
                b.size(), sizeof id);
     std::memcpy(&id, b.data(), sizeof id);
   }
-  KILN_NCCL_CHECK(ncclCommInitRank(&impl_->comm, size, id, rank));
-  impl_->arrivals = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress_nccl", store_), rank, size,
-                                                 std::min<Millis>(timeout, std::chrono::seconds(30)));
+  // Non-blocking, so a peer that never joins fails the set-up after the timeout instead of
+  // hanging it.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
+  impl_->settle(r, fmt::format("ProcessGroupNCCL: ncclCommInitRankConfig (rank {} of {}, cuda:{}, store prefix {})",
+                               rank, size, impl_->device, prefix));
+  impl_->arrivals = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>(prefix + "/progress", store_), rank,
+                                                 size, std::min<Millis>(timeout, std::chrono::seconds(30)));
 }
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {
-  if (impl_ && impl_->comm) {
+  if (!impl_ || impl_->comm == nullptr) return;
+  // Finalize (flush, then destroy) once the group's stream is idle; a collective stuck on a dead
+  // peer, or a finalize that does not settle, is given up after a bounded wait and aborted.
+  const Millis patience = std::min<Millis>(impl_->timeout, std::chrono::seconds(30));
+  try {
     cuda::DeviceGuard guard(impl_->device);
-    impl_->stream.stream().synchronize();
-    ncclCommDestroy(impl_->comm);
+    auto idle = [&] { return impl_->stream.stream().query() ? Progress::kDone : Progress::kPending; };
+    if (poll_until_settled(idle, patience, std::chrono::microseconds(200)) == Progress::kDone) {
+      ncclResult_t async = ncclCommFinalize(impl_->comm);
+      Progress p = async == ncclSuccess ? Progress::kDone : async == ncclInProgress ? Progress::kPending
+                                                                                     : Progress::kFailed;
+      if (p == Progress::kPending) p = poll_until_settled([&] { return impl_->state(&async); }, patience);
+      if (p == Progress::kDone) {
+        ncclCommDestroy(impl_->comm);
+        impl_->comm = nullptr;
+        return;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln NCCL: closing the group failed (%s)\n", e.what());
   }
+  std::fprintf(stderr, "kiln NCCL: the group's work did not finish within %lld ms; aborting the communicator\n",
+               static_cast<long long>(patience.count()));
+  impl_->abort();
 }
 
 namespace {
 
-/// Orders the group's stream after the caller's current stream, runs `launch` on it and records
-/// the Work's completion event.
+/// Orders the group's stream after the caller's current stream, issues `launch`'s NCCL calls on
+/// it inside one ncclGroupStart/End (so paired sends and receives progress together), settles
+/// them on the non-blocking communicator, queues `after` (work on the result) on the same stream
+/// and records the Work's completion event.
 WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, std::vector<Tensor> keep,
-            const std::function<void(cudaStream_t)>& launch) {
+            const std::function<ncclResult_t(cudaStream_t)>& launch, const std::function<void()>& after = {}) {
   KILN_CHECK(g.comm != nullptr, "{}: the NCCL communicator was aborted by an earlier failure", name);
   cuda::DeviceGuard guard(g.device);
   auto work = std::make_shared<NcclWork>(name, ++g.next_seq, g, std::move(keep));
@@ -162,36 +236,48 @@ WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, std::vector<Tensor> kee
   g.stream.stream().wait(ready);
   work->mark_started();
   g.arrivals->entered(work->seq());
-  launch(reinterpret_cast<cudaStream_t>(g.stream.stream().raw()));
+  g.settle(ncclGroupStart(), fmt::format("{}: ncclGroupStart", name));
+  const ncclResult_t issued = launch(reinterpret_cast<cudaStream_t>(g.stream.stream().raw()));
+  const ncclResult_t ended = ncclGroupEnd();
+  g.settle(issued != ncclSuccess && issued != ncclInProgress ? issued : ended,
+           fmt::format("{} #{} on cuda:{}", name, work->seq(), g.device));
+  if (after) {
+    cuda::StreamGuard on_group(g.stream.stream());
+    after();
+  }
   work->done_event().record(g.stream.stream());
   return work;
 }
 
 }  // namespace
 
+// Types and ops are worked out before run(): nothing may throw between ncclGroupStart and End.
+
 WorkPtr ProcessGroupNCCL::allreduce(Tensor t, ReduceOp op) {
   check_cuda_tensor("allreduce", t, impl_->device);
+  const ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
+  const ncclRedOp_t red = nccl_op(op);
   return run(*impl_, "allreduce", {t}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                  nccl_type(t.dtype(), "allreduce"), nccl_op(op), impl_->comm, s));
+    return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, red, impl_->comm, s);
   });
 }
 
 WorkPtr ProcessGroupNCCL::broadcast(Tensor t, int root) {
   check_cuda_tensor("broadcast", t, impl_->device);
   KILN_CHECK(root >= 0 && root < size_, "broadcast: root {} is out of range for a group of {} ranks", root, size_);
+  const ncclDataType_t type = nccl_type(t.dtype(), "broadcast");
   return run(*impl_, "broadcast", {t}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                  nccl_type(t.dtype(), "broadcast"), root, impl_->comm, s));
+    return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, root, impl_->comm, s);
   });
 }
 
 WorkPtr ProcessGroupNCCL::reduce(Tensor t, int root, ReduceOp op) {
   check_cuda_tensor("reduce", t, impl_->device);
   KILN_CHECK(root >= 0 && root < size_, "reduce: root {} is out of range for a group of {} ranks", root, size_);
+  const ncclDataType_t type = nccl_type(t.dtype(), "reduce");
+  const ncclRedOp_t red = nccl_op(op);
   return run(*impl_, "reduce", {t}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                               nccl_type(t.dtype(), "reduce"), nccl_op(op), root, impl_->comm, s));
+    return ncclReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, red, root, impl_->comm, s);
   });
 }
 
@@ -200,24 +286,30 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor> outputs, Tensor input) {
   KILN_CHECK(static_cast<int>(outputs.size()) == size_, "allgather: {} output tensors for a group of {} ranks",
              outputs.size(), size_);
   for (auto& o : outputs) check_cuda_tensor("allgather", o, impl_->device);
+  const ncclDataType_t type = nccl_type(input.dtype(), "allgather");
   Tensor flat = empty({size_ * input.numel()}, TensorOptions().dtype(input.dtype()).device(input.device()));
   std::vector<Tensor> keep = outputs;
   keep.push_back(input);
   keep.push_back(flat);
-  return run(*impl_, "allgather", keep, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclAllGather(input.data_ptr(), flat.data_ptr(), static_cast<size_t>(input.numel()),
-                                  nccl_type(input.dtype(), "allgather"), impl_->comm, s));
-    // The copies out run on the group's stream too (the current stream is the group's here).
-    cuda::StreamGuard on_group(impl_->stream.stream());
-    NoGradGuard no_grad;
-    for (int r = 0; r < size_; ++r) outputs[r].copy_(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
-  });
+  return run(
+      *impl_, "allgather", keep,
+      [&](cudaStream_t s) {
+        return ncclAllGather(input.data_ptr(), flat.data_ptr(), static_cast<size_t>(input.numel()), type,
+                             impl_->comm, s);
+      },
+      [&] {  // the copies out, on the group's stream after the gather
+        NoGradGuard no_grad;
+        for (int r = 0; r < size_; ++r)
+          outputs[r].copy_(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
+      });
 }
 
 WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) {
   check_cuda_tensor("reduce_scatter", output, impl_->device);
   KILN_CHECK(static_cast<int>(inputs.size()) == size_, "reduce_scatter: {} input tensors for a group of {} ranks",
              inputs.size(), size_);
+  const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
+  const ncclRedOp_t red = nccl_op(op);
   const int64_t n = output.numel();
   Tensor flat = empty({size_ * n}, TensorOptions().dtype(output.dtype()).device(output.device()));
   {
@@ -225,28 +317,44 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor output, std::vector<Tensor> inpu
     for (int r = 0; r < size_; ++r) flat.narrow(0, r * n, n).copy_(inputs[r].reshape({n}));
   }
   return run(*impl_, "reduce_scatter", {output, flat}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclReduceScatter(flat.data_ptr(), output.data_ptr(), static_cast<size_t>(n),
-                                      nccl_type(output.dtype(), "reduce_scatter"), nccl_op(op), impl_->comm, s));
+    return ncclReduceScatter(flat.data_ptr(), output.data_ptr(), static_cast<size_t>(n), type, red, impl_->comm, s);
   });
 }
 
-WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
-  check_cuda_tensor("send", t, impl_->device);
-  KILN_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send: destination {} is invalid for rank {} of {}", dst, rank_,
+void ProcessGroupNCCL::check_peer(const char* op, const Tensor& t, int peer) const {
+  check_cuda_tensor(op, t, impl_->device);
+  KILN_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}: peer {} is invalid for rank {} of {}", op, peer, rank_,
              size_);
+}
+
+WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
+  check_peer("send", t, dst);
+  const ncclDataType_t type = nccl_type(t.dtype(), "send");
   return run(*impl_, "send", {t}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "send"), dst,
-                             impl_->comm, s));
+    return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dst, impl_->comm, s);
   });
 }
 
 WorkPtr ProcessGroupNCCL::recv(Tensor t, int src, int /*tag*/) {
-  check_cuda_tensor("recv", t, impl_->device);
-  KILN_CHECK(src >= 0 && src < size_ && src != rank_, "recv: source {} is invalid for rank {} of {}", src, rank_,
-             size_);
+  check_peer("recv", t, src);
+  const ncclDataType_t type = nccl_type(t.dtype(), "recv");
   return run(*impl_, "recv", {t}, [&](cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "recv"), src,
-                             impl_->comm, s));
+    return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), type, src, impl_->comm, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::send_recv(Tensor send_t, int dst, Tensor recv_t, int src) {
+  check_peer("send_recv", send_t, dst);
+  check_peer("send_recv", recv_t, src);
+  const ncclDataType_t send_type = nccl_type(send_t.dtype(), "send_recv");
+  const ncclDataType_t recv_type = nccl_type(recv_t.dtype(), "send_recv");
+  return run(*impl_, "send_recv", {send_t, recv_t}, [&](cudaStream_t s) {
+    // One group: the send and the receive progress together, so two ranks exchanging (each
+    // sending to the other) do not wait on each other's unposted receive.
+    const ncclResult_t r = ncclSend(send_t.data_ptr(), static_cast<size_t>(send_t.numel()), send_type, dst,
+                                    impl_->comm, s);
+    if (r != ncclSuccess && r != ncclInProgress) return r;
+    return ncclRecv(recv_t.data_ptr(), static_cast<size_t>(recv_t.numel()), recv_type, src, impl_->comm, s);
   });
 }
 

@@ -1,5 +1,6 @@
-// The NCCL backend: CUDA tensors, one communicator per group (its unique id shared through the
-// store by rank 0), collectives on the group's own stream. A collective waits (on the device)
+// The NCCL backend: CUDA tensors, one non-blocking communicator per group (its unique id shared
+// through the store by rank 0 under the group's own prefix; set-up fails after the timeout when a
+// peer never joins), collectives on the group's own stream. A collective waits (on the device)
 // for the work the caller queued on its current stream; `Work::wait()` makes the caller's
 // current stream wait for the collective, without blocking the host, and fails the collective
 // (aborting the communicator) once it has run longer than the timeout. Linking
@@ -28,11 +29,17 @@ class ProcessGroupNCCL final : public ProcessGroup {
   WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override;
   WorkPtr send(Tensor t, int dst, int tag) override;
   WorkPtr recv(Tensor t, int src, int tag) override;
+  /// Sends `send_t` to `dst` and receives `recv_t` from `src` in one NCCL group, so that ranks
+  /// exchanging with each other (pipeline stages, rings) cannot deadlock on the order of their
+  /// separate send and recv calls.
+  WorkPtr send_recv(Tensor send_t, int dst, Tensor recv_t, int src);
   WorkPtr barrier() override;
 
   struct Impl;
 
  private:
+  void check_peer(const char* op, const Tensor& t, int peer) const;
+
   std::shared_ptr<Store> store_;
   std::unique_ptr<Impl> impl_;
 };

@@ -5,7 +5,8 @@
 //
 // A collective that does not finish within `timeout()` fails on every waiting rank with an
 // error naming the collective, its sequence number (the n-th collective of this group, the same
-// on every rank) and the ranks that never entered it.
+// on every rank) and the ranks that never entered it: dist::TimeoutError when the deadline
+// passed, dist::PeerError when a peer went away (distributed/errors.h).
 #pragma once
 
 #include <chrono>

@@ -28,7 +28,7 @@ std::shared_ptr<Reducer> Reducer::create(std::vector<std::string> names, std::ve
 Reducer::Reducer(std::vector<std::string> names, std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg,
                  ReducerOptions options)
     : names_(std::move(names)), params_(std::move(params)), pg_(std::move(pg)), options_(options) {
-  KILN_CHECK(names_.size() == params_.size(), "Reducer: {} names for {} parameters", names_.size(), params_.size());
+  KILN_ASSERT(names_.size() == params_.size(), "Reducer: {} names for {} parameters", names_.size(), params_.size());
   KILN_CHECK(options.first_bucket_bytes > 0 && options.bucket_cap_bytes > 0,
              "DistributedDataParallel: bucket sizes must be positive, got first {} and cap {} bytes",
              options.first_bucket_bytes, options.bucket_cap_bytes);
@@ -98,6 +98,7 @@ void Reducer::mark_ready(size_t i) {
     });
     callback_queued_ = true;
   }
+  KILN_ASSERT(i < params_.size(), "Reducer: parameter index {} of {}", i, params_.size());
   KILN_CHECK(!ready_[i], "DistributedDataParallel: parameter '{}' got its gradient twice in one backward", names_[i]);
   ready_[i] = true;
   auto [bi, slot] = where_[i];
@@ -130,6 +131,7 @@ void Reducer::finalize() {
     auto [bi, slot] = where_[i];
     buckets_[bi].flat.narrow(0, buckets_[bi].offsets[slot], params_[i].numel()).zero_();
     --buckets_[bi].pending;
+    KILN_ASSERT(buckets_[bi].pending >= 0, "Reducer: bucket {} counted more gradients than it holds", bi);
   }
   if (!unused.empty()) {
     // Reductions already launched must still complete before anything else is issued.

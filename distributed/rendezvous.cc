@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "distributed/errors.h"
 #include "distributed/file_store.h"
 #include "distributed/socket_util.h"
 #include "distributed/tcp_store.h"
@@ -106,9 +107,9 @@ void join_barrier(Store& store, const std::string& ctx, const Ranks& r, Millis t
       joined = store.add(kJoinedKey, 0);  // reads the count without blocking
     } catch (const Error&) {
     }
-    fail("{}: only {} of {} ranks joined within {} ms (this is rank {}; {}): {}", ctx,
-         joined < 0 ? std::string("?") : std::to_string(joined), r.world_size, timeout.count(), r.rank, where,
-         e.what());
+    rethrow_as(e, fmt::format("{}: only {} of {} ranks joined within {} ms (this is rank {}; {}): {}", ctx,
+                              joined < 0 ? std::string("?") : std::to_string(joined), r.world_size, timeout.count(),
+                              r.rank, where, e.what()));
   }
 }
 
@@ -136,7 +137,7 @@ Rendezvous rendezvous(const std::string& init_method, int rank, int world_size, 
     try {
       out.store = std::make_shared<TcpStore>(host, port, r.world_size, /*is_server=*/r.rank == 0, timeout);
     } catch (const Error& e) {
-      fail("{} as rank {}: {}", ctx, r.rank, e.what());
+      rethrow_as(e, fmt::format("{} as rank {}: {}", ctx, r.rank, e.what()));
     }
   } else if (init_method.rfind("file://", 0) == 0) {
     const std::string path = init_method.substr(7);

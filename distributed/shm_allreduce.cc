@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "distributed/errors.h"
 
 namespace kiln::dist {
 
@@ -128,12 +129,12 @@ void ShmAllreduce::barrier() {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   while (h.generation.load(std::memory_order_acquire) == gen) {
     if (std::chrono::steady_clock::now() > deadline)
-      fail("shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks", rank_,
-           timeout_.count());
+      KILN_DIST_FAIL(TimeoutError, "shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks",
+                     rank_, timeout_.count());
     // A peer that died will never come: say so now rather than at the timeout.
     for (int r = 0; r < size_; ++r)
       if (r != rank_ && kill(pids(base_)[r], 0) != 0 && errno == ESRCH)
-        fail("shared-memory all-reduce: rank {} (pid {}) has exited", r, pids(base_)[r]);
+        KILN_DIST_FAIL(PeerError, "shared-memory all-reduce: rank {} (pid {}) has exited", r, pids(base_)[r]);
     const timespec tick{0, 10'000'000};  // wake up now and then to look at the clock
     futex(&h.generation, FUTEX_WAIT, gen, &tick);
   }

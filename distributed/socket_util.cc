@@ -17,19 +17,9 @@
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/errors.h"
 
 namespace kiln::dist {
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-void Fd::reset(int fd) {
-  // close() is not retried on EINTR: on Linux the descriptor is released either way.
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 std::string format_address(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
@@ -129,8 +119,8 @@ Fd connect_with_retry(const std::string& host, int port, std::chrono::millisecon
     }
     auto now = Clock::now();
     if (now >= deadline)
-      fail("TcpStore: could not connect to the store server at {} within {} ms: {}", addr, timeout.count(),
-           last_error);
+      KILN_DIST_FAIL(TimeoutError, "TcpStore: could not connect to the store server at {} within {} ms: {}", addr,
+                     timeout.count(), last_error);
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
@@ -174,7 +164,7 @@ void wait_ready(int fd, short events, Clock::time_point deadline, const std::str
     if (r > 0) return;  // errors and hang-ups surface in the send/recv that follows
     if (r < 0 && errno != EINTR)
       fail("poll on the connection to the store server at {} failed: {}", peer, errno_text(errno));
-    if (r == 0) fail("timed out {} the store server at {}", what, peer);
+    if (r == 0) KILN_DIST_FAIL(TimeoutError, "timed out {} the store server at {}", what, peer);
   }
 }
 
@@ -190,7 +180,7 @@ void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, co
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       wait_ready(fd, POLLOUT, deadline, peer, "sending to");
     } else if (k < 0 && errno != EINTR) {
-      fail("sending to the store server at {} failed: {}", peer, errno_text(errno));
+      KILN_DIST_FAIL(PeerError, "sending to the store server at {} failed: {}", peer, errno_text(errno));
     }
   }
 }
@@ -204,11 +194,11 @@ bool recv_exact(int fd, void* data, size_t n, Clock::time_point deadline, const 
       got += static_cast<size_t>(k);
     } else if (k == 0) {
       if (got == 0 && eof_ok) return false;
-      fail("the store server at {} closed the connection", peer);
+      KILN_DIST_FAIL(PeerError, "the store server at {} closed the connection", peer);
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       wait_ready(fd, POLLIN, deadline, peer, "waiting for a reply from");
     } else if (errno != EINTR) {
-      fail("receiving from the store server at {} failed: {}", peer, errno_text(errno));
+      KILN_DIST_FAIL(PeerError, "receiving from the store server at {} failed: {}", peer, errno_text(errno));
     }
   }
   return true;

@@ -1,4 +1,4 @@
-// Small POSIX socket helpers for the TCP store: an owning fd, name resolution, connecting with
+// Small POSIX socket helpers for the TCP store: name resolution, connecting with
 // retries until a deadline, and whole-buffer send/receive that honour a deadline. Every failed
 // syscall throws kiln::Error naming the peer and the errno text.
 #pragma once
@@ -8,33 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "core/fd.h"
+
 namespace kiln::dist {
 
 using Clock = std::chrono::steady_clock;
 
-/// Owns a file descriptor; closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using kiln::Fd;  // core/fd.h
 
 /// "host:port", with IPv6 literals bracketed.
 std::string format_address(const std::string& host, int port);

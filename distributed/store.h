@@ -3,7 +3,8 @@
 // to) serves on a port, every rank (the server's own included) is a client. `FileStore`: a file
 // on a filesystem all ranks share. Keys are strings, values are bytes.
 //
-// Every blocking call waits at most `timeout()` and then throws naming the key(s) it waited for.
+// Every blocking call waits at most `timeout()` and then throws dist::TimeoutError naming the key(s)
+// it waited for; a lost connection to the store server throws dist::PeerError (errors.h).
 #pragma once
 
 #include <chrono>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "distributed/errors.h"
 #include "distributed/store_value.h"
 #include "distributed/tcp_store_server.h"
 
@@ -73,7 +74,8 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
   const std::string addr = address();
   std::lock_guard<std::mutex> lock(mu_);
   if (!lost_.empty())
-    fail("TcpStore {}: the connection to the store server at {} was lost earlier: {}", what, addr, lost_);
+    KILN_DIST_FAIL(PeerError, "TcpStore {}: the connection to the store server at {} was lost earlier: {}", what, addr,
+                   lost_);
   std::vector<uint8_t> body;
   try {
     send_all(sock_.get(), frame.data(), frame.size(), reply_deadline(timeout_), addr);
@@ -87,7 +89,7 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
     recv_exact(sock_.get(), body.data(), len, deadline, addr);
   } catch (const Error& e) {
     lose_connection_locked(e.what());
-    fail("TcpStore {}: {}", what, e.what());
+    rethrow_as(e, fmt::format("TcpStore {}: {}", what, e.what()));
   }
   try {
     wire::Reader r(body.data(), body.size());
@@ -97,8 +99,8 @@ std::vector<uint8_t> TcpStore::call(wire::Writer& request, const std::string& wh
       case wire::Status::kTimeout: {
         std::vector<std::string> missing = r.strs();
         r.expect_end();
-        fail("TcpStore {}: timed out after {} ms waiting for {} on the store server at {}", what,
-             reply_within.count(), describe_wait(waited_keys, missing), addr);
+        KILN_DIST_FAIL(TimeoutError, "TcpStore {}: timed out after {} ms waiting for {} on the store server at {}",
+                       what, reply_within.count(), describe_wait(waited_keys, missing), addr);
       }
       case wire::Status::kError: {
         std::string message = r.str();

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
@@ -207,15 +209,25 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 }
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
-  const std::string amp = MixedPrecision(c.amp, c.amp_mode).describe();
-  return fmt::format(
-      R"({{"model": "{}", "device": "{}", "epochs": {}, "batch_size": {}, "optimizer": "{}", "lr": {}, "schedule": "{}", )"
-      R"("amp": "{}", )"
-      R"("threads": {}, "world_size": {}, "train_loss": {:.6f}, "test_loss": {:.6f}, "test_accuracy": {:.4f}, )"
-      R"("samples_per_sec": {:.1f}, "wall_seconds": {:.2f}, "skipped_steps": {}}})",
-      c.model, c.device.str(), c.epochs, c.batch_size, c.optimizer, c.lr, c.schedule, amp, get_num_threads(), r.world_size,
-      r.epoch_train_loss.empty() ? 0.0 : r.epoch_train_loss.back(), r.test_loss, r.test_accuracy, r.samples_per_sec,
-      r.wall_seconds, r.skipped_steps);
+  const nlohmann::ordered_json line = {
+      {"model", c.model},
+      {"device", c.device.str()},
+      {"epochs", c.epochs},
+      {"batch_size", c.batch_size},
+      {"optimizer", c.optimizer},
+      {"lr", c.lr},
+      {"schedule", c.schedule},
+      {"amp", MixedPrecision(c.amp, c.amp_mode).describe()},
+      {"threads", get_num_threads()},
+      {"world_size", r.world_size},
+      {"train_loss", r.epoch_train_loss.empty() ? 0.0 : r.epoch_train_loss.back()},
+      {"test_loss", r.test_loss},
+      {"test_accuracy", r.test_accuracy},
+      {"samples_per_sec", r.samples_per_sec},
+      {"wall_seconds", r.wall_seconds},
+      {"skipped_steps", r.skipped_steps},
+  };
+  return line.dump();
 }
 
 }  // namespace kiln::examples

@@ -1,7 +1,11 @@
-// Conv2d and the 2-D pooling layers over NCHW tensors.
+// Conv2d, ConvTranspose2d, Upsample and the 2-D pooling layers over NCHW tensors.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "core/conv.h"
+#include "nn/functional.h"
 #include "nn/module.h"
 
 namespace kiln::nn {
@@ -9,6 +13,8 @@ namespace kiln::nn {
 struct Conv2dOptions {
   IntList stride{1, 1};
   IntList padding{0, 0};
+  /// "same" or "valid" (PyTorch's string padding); when set it replaces `padding`.
+  std::string padding_mode_str;
   IntList dilation{1, 1};
   int64_t groups = 1;
   bool bias = true;
@@ -26,16 +32,59 @@ class Conv2d : public Module {
   const Conv2dOptions options;
 };
 
-class MaxPool2d : public Module {
+struct ConvTranspose2dOptions {
+  IntList stride{1, 1};
+  IntList padding{0, 0};
+  IntList output_padding{0, 0};
+  IntList dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// The adjoint of Conv2d (often called "deconvolution"): weight [Cin, Cout / groups, KH, KW],
+/// output size (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
+class ConvTranspose2d : public Module {
  public:
-  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false)
-      : Module("MaxPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)),
-        ceil_mode_(ceil_mode) {}
-  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, ceil_mode_); }
-  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_); }
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size,
+                  ConvTranspose2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;
+  const int64_t in_channels, out_channels;
+  const ConvTranspose2dOptions options;
+};
+
+/// torch.nn.Upsample: nearest or bilinear resizing of NCHW maps by a size or a scale factor.
+class Upsample : public Module {
+ public:
+  struct Options {
+    IntList size;                     // (h, w) or one value for both; or
+    std::vector<double> scale_factor; // one or two factors
+    functional::InterpolateMode mode = functional::InterpolateMode::nearest;
+    bool align_corners = false;
+  };
+  explicit Upsample(Options options) : Module("Upsample"), options_(std::move(options)) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::interpolate(x, options_.size, options_.scale_factor, options_.mode, options_.align_corners);
+  }
 
  private:
-  IntList kernel_, stride_, padding_;
+  Options options_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  /// (dilation comes last here, so that existing positional ceil_mode arguments keep their meaning)
+  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false,
+                     IntList dilation = {1, 1})
+      : Module("MaxPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)),
+        dilation_(std::move(dilation)), ceil_mode_(ceil_mode) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}, dilation={}", kernel_, dilation_); }
+
+ private:
+  IntList kernel_, stride_, padding_, dilation_;
   bool ceil_mode_;
 };
 

@@ -1,31 +1,17 @@
 #include "nn/functional.h"
 
+#include "nn/loss_reduction.h"
+
 #include "core/autocast.h"
 #include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 
 namespace kiln::nn::functional {
-namespace {
 
-Tensor reduce(const Tensor& loss, Reduction r) {
-  switch (r) {
-    case Reduction::none: return loss;
-    case Reduction::sum: return loss.sum();
-    case Reduction::mean: return loss.mean();
-  }
-  return loss;
-}
-
-/// `t` as the autocast policy wants it for `op` (itself with autocast off).
-Tensor policy(AutocastOp op, const Tensor& t) { return autocast::cast_input(op, t); }
-
-void check_target(const char* op, const Tensor& input, const Tensor& target) {
-  KILN_CHECK(input.sizes() == target.sizes(), "{}: input shape {} and target shape {} differ", op, input.sizes(),
-             target.sizes());
-}
-
-}  // namespace
+using detail::check_target;
+using detail::policy;
+using detail::reduce;
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return op::linear(policy(AutocastOp::linear, x), policy(AutocastOp::linear, weight), policy(AutocastOp::linear, bias));
@@ -74,13 +60,16 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got shape {}", weight.sizes());
-  Shape out_shape = indices.sizes();
-  out_shape.push_back(weight.size(1));
-  Tensor rows = weight.index_select(0, indices.reshape({-1})).reshape(out_shape);
-  if (!padding_idx) return rows;
-  // Multiplying by the mask keeps the padding row's gradient at zero, as PyTorch does.
-  Tensor keep = (indices != Scalar(*padding_idx)).to(weight.dtype()).unsqueeze(-1);
-  return rows * keep;
+  // As torch.nn.functional.embedding: the padding row is looked up as stored (the module
+  // initialises it to zeros) and gets no gradient; a negative padding_idx counts from the end.
+  const int64_t num = weight.size(0);
+  int64_t pad = -1;
+  if (padding_idx) {
+    KILN_CHECK(*padding_idx >= -num && *padding_idx < num,
+               "embedding: padding_idx {} is out of range for {} embeddings", *padding_idx, num);
+    pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+  }
+  return kiln::embedding(weight, indices, pad);
 }
 
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target, Reduction reduction, int64_t ignore_index) {

@@ -19,7 +19,9 @@ class Linear : public Module {
   const int64_t in_features, out_features;
 };
 
-/// A lookup table of `num_embeddings` vectors of size `embedding_dim`, initialised N(0, 1).
+/// A lookup table of `num_embeddings` vectors of size `embedding_dim`, initialised N(0, 1). The
+/// row `padding_idx` (negative: counted from the end; stored normalised) starts at zeros, is
+/// looked up as stored, and never receives a gradient (torch.nn.Embedding).
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);

@@ -55,4 +55,36 @@ Tensor LayerNorm::forward(const Tensor& x) { return functional::layer_norm(x, no
 
 std::string LayerNorm::extra_repr() const { return fmt::format("{}, eps={}", normalized_shape, eps); }
 
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double e, bool affine)
+    : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(e) {
+  KILN_CHECK(groups > 0 && channels > 0 && channels % groups == 0,
+             "GroupNorm: num_channels={} must be a positive multiple of num_groups={}", channels, groups);
+  if (affine) {
+    weight = register_parameter("weight", ones({channels}));
+    bias = register_parameter("bias", zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() >= 2 && x.size(1) == num_channels, "GroupNorm: expected input [N, {}, ...], got shape {}",
+             num_channels, x.sizes());
+  return functional::group_norm(x, num_groups, weight, bias, eps);
+}
+
+std::string GroupNorm::extra_repr() const {
+  return fmt::format("{}, {}, eps={}, affine={}", num_groups, num_channels, eps, weight.defined());
+}
+
+RMSNorm::RMSNorm(Shape shape, std::optional<double> e, bool affine)
+    : Module("RMSNorm"), normalized_shape(std::move(shape)), eps(e) {
+  if (affine) weight = register_parameter("weight", ones(normalized_shape));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return functional::rms_norm(x, normalized_shape, weight, eps); }
+
+std::string RMSNorm::extra_repr() const {
+  return fmt::format("{}, eps={}, elementwise_affine={}", normalized_shape,
+                     eps ? fmt::format("{}", *eps) : std::string("None"), weight.defined());
+}
+
 }  // namespace kiln::nn

@@ -1,5 +1,7 @@
-// Normalisation layers: BatchNorm1d/2d (running statistics, eval mode) and LayerNorm.
+// Normalisation layers: BatchNorm1d/2d (running statistics, eval mode), LayerNorm, GroupNorm, RMSNorm.
 #pragma once
+
+#include <optional>
 
 #include "nn/module.h"
 
@@ -50,6 +52,31 @@ class LayerNorm : public Module {
   Tensor weight, bias;
   const Shape normalized_shape;
   const double eps;
+};
+
+/// Normalises each group of num_channels / num_groups channels of [N, C, ...] (torch.nn.GroupNorm).
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;
+  const int64_t num_groups, num_channels;
+  const double eps;
+};
+
+/// Root-mean-square normalisation over the trailing `normalized_shape` (torch.nn.RMSNorm; eps
+/// defaults to the input dtype's machine epsilon).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Tensor weight;
+  const Shape normalized_shape;
+  const std::optional<double> eps;
 };
 
 }  // namespace kiln::nn

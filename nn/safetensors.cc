@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/fd.h"
 #include "core/ops.h"
-#include "nn/json.h"
 
 namespace kiln::nn {
 
@@ -36,23 +39,10 @@ constexpr DTypeName kDTypes[] = {{kFloat32, "F32"}, {kFloat64, "F64"}, {kFloat16
 constexpr const char* kForeignDTypes[] = {"U8", "I8", "U16", "I16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
                                           "F4", "F6_E2M3", "F6_E3M2", "C64"};
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  /// Closes now, returning close()'s result (a deferred write error can surface here).
-  int reset() {
-    int r = fd_ >= 0 ? ::close(fd_) : 0;
-    fd_ = -1;
-    return r;
-  }
+using Json = nlohmann::json;
 
- private:
-  int fd_;
-};
+// JSON's nesting bound for a header; real headers nest three deep.
+constexpr int kMaxDepth = 64;
 
 std::string errno_str() { return std::strerror(errno); }
 
@@ -84,10 +74,44 @@ bool write_all(int fd, const void* src, size_t n) {
 
 bool is_valid_utf8(const std::string& s) {
   try {
-    json::parse(json::quote(s));
+    (void)Json(s).dump();  // dump() refuses invalid UTF-8
     return true;
-  } catch (const Error&) {
+  } catch (const Json::type_error&) {
     return false;
+  }
+}
+
+/// `s` as a JSON string literal, for messages (invalid UTF-8 shown as U+FFFD).
+std::string quote(const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+/// Parses `text` as one strict RFC 8259 JSON value (nlohmann's grammar: no comments, trailing
+/// commas or NaN, valid UTF-8 only), and beyond it refuses duplicate object keys (a std::map would
+/// keep only the last) and nesting deeper than kMaxDepth. Throws kiln::Error naming the problem.
+Json parse_strict(const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // the keys seen so far in each open object
+  auto limits = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth >= kMaxDepth) fail("nesting deeper than {} levels", kMaxDepth);
+        if (event == Json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!keys.back().insert(parsed.get<std::string>()).second)
+          fail("duplicate key {}", quote(parsed.get<std::string>()));
+        break;
+      case Json::parse_event_t::object_end:
+        keys.pop_back();
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text, limits, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const Json::exception& e) {
+    fail("{}", e.what());
   }
 }
 
@@ -111,32 +135,32 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) fail("save_safetensors: '{}': {}", path, what);
   };
-  // Header first, from shapes alone: tensors are copied to the host one at a time below.
-  std::string header = "{";
+  // Header first, from shapes alone: tensors are copied to the host one at a time below. Keys
+  // in the reference writer's order: __metadata__, then tensors by name, each dtype, shape,
+  // data_offsets.
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
+    auto& meta = doc["__metadata__"] = nlohmann::ordered_json::object();
     for (const auto& [key, value] : metadata) {
-      check(is_valid_utf8(key) && is_valid_utf8(value), fmt::format("metadata key {} or its value is not valid UTF-8",
-                                                                     json::quote(key)));
-      header += (first ? "" : ",") + json::quote(key) + ":" + json::quote(value);
-      first = false;
+      check(is_valid_utf8(key) && is_valid_utf8(value),
+            fmt::format("metadata key {} or its value is not valid UTF-8", quote(key)));
+      meta[key] = value;
     }
-    header += "}";
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     check(!name.empty(), "a tensor has an empty name");
     check(name != "__metadata__", "\"__metadata__\" is reserved and cannot name a tensor");
-    check(is_valid_utf8(name), fmt::format("tensor name {} is not valid UTF-8", json::quote(name)));
+    check(is_valid_utf8(name), fmt::format("tensor name {} is not valid UTF-8", quote(name)));
     check(t.defined(), fmt::format("tensor '{}' is undefined", name));
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json::quote(name), safetensors_dtype_name(t.dtype()),
-                          fmt::join(t.sizes(), ","), offset, offset + nbytes);
+    auto& entry = doc[name];
+    entry["dtype"] = safetensors_dtype_name(t.dtype());
+    entry["shape"] = t.sizes();
+    entry["data_offsets"] = {offset, offset + nbytes};
     offset += nbytes;
   }
-  header += "}";
+  std::string header = doc.dump();
   // Pad with spaces (as the reference writer does) so the data starts 8-byte aligned.
   while ((8 + header.size()) % 8 != 0) header += ' ';
 
@@ -194,70 +218,75 @@ SafetensorsContents load_safetensors(const std::string& path) {
   if (!pread_all(fd.get(), text.data(), n, 8)) bad("cannot read the header");
   if (text[0] != '{') bad("the header does not start with '{' (not a safetensors file?)");
 
-  json::Value header;
+  Json header;
   try {
-    header = json::parse(text);
+    header = parse_strict(text);
   } catch (const Error& e) {
     bad(fmt::format("the header is not valid JSON: {}", e.what()));
   }
-  if (!header.is_object()) bad(fmt::format("the header is a JSON {}, expected an object", json::kind_name(header.kind)));
+  if (!header.is_object()) bad(fmt::format("the header is a JSON {}, expected an object", header.type_name()));
 
   SafetensorsContents out;
   std::vector<Entry> entries;
-  for (const auto& [name, v] : header.members) {
+  for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      if (!v.is_object()) bad(fmt::format("__metadata__ is a JSON {}, expected an object", json::kind_name(v.kind)));
-      for (const auto& [key, value] : v.members) {
+      if (!v.is_object()) bad(fmt::format("__metadata__ is a JSON {}, expected an object", v.type_name()));
+      for (const auto& [key, value] : v.items()) {
         if (!value.is_string())
-          bad(fmt::format("__metadata__ value of {} is a JSON {}, expected a string", json::quote(key),
-                          json::kind_name(value.kind)));
-        out.metadata[key] = value.text;
+          bad(fmt::format("__metadata__ value of {} is a JSON {}, expected a string", quote(key), value.type_name()));
+        out.metadata[key] = value.get<std::string>();
       }
       continue;
     }
-    const std::string who = "tensor " + json::quote(name);
-    if (!v.is_object()) bad(fmt::format("{} is a JSON {}, expected an object", who, json::kind_name(v.kind)));
-    for (const auto& m : v.members)
-      if (m.first != "dtype" && m.first != "shape" && m.first != "data_offsets")
-        bad(fmt::format("{} has an unknown field {}", who, json::quote(m.first)));
-    const json::Value* dtype = v.find("dtype");
-    const json::Value* shape = v.find("shape");
-    const json::Value* offsets = v.find("data_offsets");
-    if (!dtype || !shape || !offsets) bad(fmt::format("{} lacks one of dtype, shape, data_offsets", who));
+    const std::string who = "tensor " + quote(name);
+    if (!v.is_object()) bad(fmt::format("{} is a JSON {}, expected an object", who, v.type_name()));
+    for (const auto& [field, unused] : v.items())
+      if (field != "dtype" && field != "shape" && field != "data_offsets")
+        bad(fmt::format("{} has an unknown field {}", who, quote(field)));
+    if (!v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      bad(fmt::format("{} lacks one of dtype, shape, data_offsets", who));
+    const Json& dtype = v.at("dtype");
+    const Json& shape = v.at("shape");
+    const Json& offsets = v.at("data_offsets");
 
     Entry e{name, kFloat32, {}, 0, 0};
-    if (!dtype->is_string()) bad(fmt::format("{} has a non-string dtype", who));
+    if (!dtype.is_string()) bad(fmt::format("{} has a non-string dtype", who));
+    const std::string dtype_text = dtype.get<std::string>();
     bool known = false;
     for (const DTypeName& d : kDTypes)
-      if (dtype->text == d.name) { e.dtype = d.dtype; known = true; }
+      if (dtype_text == d.name) {
+        e.dtype = d.dtype;
+        known = true;
+      }
     if (!known) {
       for (const char* foreign : kForeignDTypes)
-        if (dtype->text == foreign)
+        if (dtype_text == foreign)
           bad(fmt::format("{} has dtype {}, which Kiln does not support (F32 F64 F16 BF16 I32 I64 BOOL)", who,
-                          dtype->text));
-      bad(fmt::format("{} has unknown dtype {}", who, json::quote(dtype->text)));
+                          dtype_text));
+      bad(fmt::format("{} has unknown dtype {}", who, quote(dtype_text)));
     }
 
-    if (!shape->is_array()) bad(fmt::format("{} has a shape that is not an array", who));
+    if (!shape.is_array()) bad(fmt::format("{} has a shape that is not an array", who));
     unsigned __int128 numel = 1;
-    for (const json::Value& d : shape->items) {
-      uint64_t dim = 0;
-      if (!d.as_uint64(dim) || dim > static_cast<uint64_t>(INT64_MAX))
+    for (const Json& d : shape) {
+      // Only a plain non-negative integer literal parses as number_unsigned (not -0, 2.0, 1e3).
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
         bad(fmt::format("{} has an invalid shape entry (non-negative integers only)", who));
+      const uint64_t dim = d.get<uint64_t>();
       e.shape.push_back(static_cast<int64_t>(dim));
       numel *= dim;
       if (numel > (static_cast<unsigned __int128>(1) << 62)) bad(fmt::format("{} has an impossibly large shape", who));
     }
 
-    uint64_t begin = 0, end = 0;
-    if (!offsets->is_array() || offsets->items.size() != 2 || !offsets->items[0].as_uint64(begin) ||
-        !offsets->items[1].as_uint64(end))
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
       bad(fmt::format("{} has invalid data_offsets (expected [begin, end])", who));
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (end < begin) bad(fmt::format("{} has data_offsets [{}, {}] that end before they begin", who, begin, end));
     const unsigned __int128 nbytes = numel * element_size(e.dtype);
     if (nbytes != end - begin)
       bad(fmt::format("{} has shape {} of {} ({} bytes) but data_offsets [{}, {}] span {} bytes", who, e.shape,
-                      dtype->text, static_cast<uint64_t>(nbytes), begin, end, end - begin));
+                      dtype_text, static_cast<uint64_t>(nbytes), begin, end, end - begin));
     e.begin = begin;
     e.end = end;
     entries.push_back(std::move(e));
@@ -275,12 +304,11 @@ SafetensorsContents load_safetensors(const std::string& path) {
   for (const Entry* e : order) {
     if (e->end > data_size)
       bad(fmt::format("tensor {} has data_offsets [{}, {}] past the end of the {}-byte data section (truncated?)",
-                      json::quote(e->name), e->begin, e->end, data_size));
-    if (e->begin < expected)
-      bad(fmt::format("tensors {} and {} overlap", json::quote(prev->name), json::quote(e->name)));
+                      quote(e->name), e->begin, e->end, data_size));
+    if (e->begin < expected) bad(fmt::format("tensors {} and {} overlap", quote(prev->name), quote(e->name)));
     if (e->begin > expected)
       bad(fmt::format("{} unused bytes before tensor {} (data_offsets must be contiguous)", e->begin - expected,
-                      json::quote(e->name)));
+                      quote(e->name)));
     expected = e->end;
     prev = e;
   }
@@ -291,11 +319,11 @@ SafetensorsContents load_safetensors(const std::string& path) {
     Tensor t = make_tensor(e.shape, e.dtype, kCPU);
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
     if (nbytes && !pread_all(fd.get(), t.data_ptr(), nbytes, data_start + e.begin))
-      bad(fmt::format("cannot read the data of tensor {} (the file changed while reading?)", json::quote(e.name)));
+      bad(fmt::format("cannot read the data of tensor {} (the file changed while reading?)", quote(e.name)));
     if (e.dtype == kBool) {
       const auto* p = static_cast<const uint8_t*>(t.data_ptr());
       for (size_t i = 0; i < nbytes; ++i)
-        if (p[i] > 1) bad(fmt::format("BOOL tensor {} holds byte {} (only 0 and 1 are booleans)", json::quote(e.name), p[i]));
+        if (p[i] > 1) bad(fmt::format("BOOL tensor {} holds byte {} (only 0 and 1 are booleans)", quote(e.name), p[i]));
     }
     out.tensors.emplace(e.name, std::move(t));
   }

@@ -1,4 +1,5 @@
-// Backward formulas of indexing: index_select <-> index_add, gather <-> scatter_add.
+// Backward formulas of indexing: index_select <-> index_add, gather <-> scatter_add, embedding
+// (a scatter-add of the rows' gradients, none for the padding row).
 #include "autograd/functions/common.h"
 
 namespace kiln::autograd {
@@ -45,9 +46,35 @@ Tensor scatter_add_autograd(const Tensor& x, int64_t dim, const Tensor& index, c
   return out;
 }
 
+Tensor index_add_autograd(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = forward_no_grad([&] { return op::index_add.forward(x, dim, index, src); });
+  SavedTensor si(index);
+  record("IndexAddBackward", {x, index, src}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+    Tensor idx = si.unpack("IndexAddBackward");
+    return {gs[0], Tensor(), gs[0].index_select(dim, idx.dim() == 0 ? idx.reshape({1}) : idx)};
+  });
+  return out;
+}
+
+Tensor embedding_autograd(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  Tensor out = forward_no_grad([&] { return op::embedding.forward(weight, indices, padding_idx); });
+  SavedTensor si(indices);
+  const Shape shape = weight.sizes();
+  record("EmbeddingBackward", {weight, indices}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+    Tensor idx = si.unpack("EmbeddingBackward").reshape({-1});
+    Tensor rows = gs[0].reshape({idx.numel(), shape[1]});
+    if (padding_idx >= 0) rows = where((idx == Scalar(padding_idx)).unsqueeze(1), 0.0, rows);
+    Tensor gw = zeros(shape, TensorOptions(rows.dtype()).device(rows.device()));
+    return {index_add(gw, 0, idx, rows), Tensor()};
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace kiln::autograd
 
 KILN_REGISTER_AUTOGRAD(index_select, &kiln::autograd::index_select_autograd);
 KILN_REGISTER_AUTOGRAD(gather, &kiln::autograd::gather_autograd);
 KILN_REGISTER_AUTOGRAD(scatter_add, &kiln::autograd::scatter_add_autograd);
+KILN_REGISTER_AUTOGRAD(index_add, &kiln::autograd::index_add_autograd);
+KILN_REGISTER_AUTOGRAD(embedding, &kiln::autograd::embedding_autograd);

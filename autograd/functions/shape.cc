@@ -5,8 +5,16 @@
 namespace kiln::autograd {
 namespace {
 
+/// Runs a view op's forward unrecorded; the view still follows its base's history (in-place
+/// writes through it or its base reach autograd: autograd/functions/inplace.cc).
+template <class F> Tensor tracked_view(F&& f) {
+  Tensor out = forward_no_grad(std::forward<F>(f));
+  out.unsafe_impl()->view_tracks_grad = true;
+  return out;
+}
+
 Tensor view_autograd(const Tensor& x, const Shape& shape) {
-  Tensor out = forward_no_grad([&] { return op::view.forward(x, shape); });
+  Tensor out = tracked_view([&] { return op::view.forward(x, shape); });
   const Shape in_shape = x.sizes();
   record("ViewBackward", {x}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
     return {gs[0].reshape(in_shape)};
@@ -15,7 +23,7 @@ Tensor view_autograd(const Tensor& x, const Shape& shape) {
 }
 
 Tensor permute_autograd(const Tensor& x, const IntList& dims) {
-  Tensor out = forward_no_grad([&] { return op::permute.forward(x, dims); });
+  Tensor out = tracked_view([&] { return op::permute.forward(x, dims); });
   IntList inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
   record("PermuteBackward", {x}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
@@ -25,7 +33,7 @@ Tensor permute_autograd(const Tensor& x, const IntList& dims) {
 }
 
 Tensor slice_autograd(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  Tensor out = forward_no_grad([&] { return op::slice.forward(x, dim, start, end, step); });
+  Tensor out = tracked_view([&] { return op::slice.forward(x, dim, start, end, step); });
   const Shape in_shape = x.sizes();
   const DType dt = x.dtype();
   const Device dev = x.device();
@@ -39,7 +47,7 @@ Tensor slice_autograd(const Tensor& x, int64_t dim, int64_t start, int64_t end, 
 }
 
 Tensor expand_autograd(const Tensor& x, const Shape& shape) {
-  Tensor out = forward_no_grad([&] { return op::expand.forward(x, shape); });
+  Tensor out = tracked_view([&] { return op::expand.forward(x, shape); });
   const Shape in_shape = x.sizes();
   record("ExpandBackward", {x}, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
     return {sum_to(gs[0], in_shape)};

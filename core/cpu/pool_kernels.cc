@@ -135,8 +135,44 @@ inline int64_t max_pool_2x2_row_sse(const float* r0, const float* r1, float* out
   return ow;
 }
 
+/// Dilated windows: every window element visited directly (the fast paths below assume adjacent
+/// elements). Row-major window order; a later element wins if larger or NaN.
+template <class T> void max_pool_dilated(Tensor& out, Tensor& indices, const Tensor& x, const Pool2dParams& p) {
+  using A = opmath_t<T>;
+  const PoolGeometry g(x, out, p);
+  const T* px = x.data_ptr<T>();
+  T* po = out.data_ptr<T>();
+  int64_t* pi = indices.data_ptr<int64_t>();
+  parallel_for(0, g.planes, g.grain(), [&](int64_t plo, int64_t phi) {
+    for (int64_t pl = plo; pl < phi; ++pl) {
+      const T* xp = px + pl * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          A best = -std::numeric_limits<A>::infinity();
+          int64_t at = -1;
+          for (int64_t i = 0; i < p.kernel[0]; ++i) {
+            const int64_t h = oh * p.stride[0] - p.padding[0] + i * p.dilation[0];
+            if (h < 0 || h >= g.H) continue;
+            for (int64_t j = 0; j < p.kernel[1]; ++j) {
+              const int64_t w = ow * p.stride[1] - p.padding[1] + j * p.dilation[1];
+              if (w < 0 || w >= g.W) continue;
+              const A v = static_cast<A>(xp[h * g.W + w]);
+              if (at < 0 || v > best || v != v) {
+                best = v;
+                at = h * g.W + w;
+              }
+            }
+          }
+          po[(pl * g.OH + oh) * g.OW + ow] = static_cast<T>(best);
+          pi[(pl * g.OH + oh) * g.OW + ow] = at;
+        }
+    }
+  });
+}
+
 template <class T> void max_pool_forward(Tensor& out, Tensor& indices, const Tensor& x, const Pool2dParams& p) {
   using A = opmath_t<T>;
+  if (p.dilation[0] != 1 || p.dilation[1] != 1) return max_pool_dilated<T>(out, indices, x, p);
   const PoolGeometry g(x, out, p);
   const T* px = x.data_ptr<T>();
   T* po = out.data_ptr<T>();

@@ -88,14 +88,15 @@ Shape pool2d_output_shape(const Tensor& x, const Pool2dParams& p, const char* op
   for (int d = 0; d < 2; ++d) {
     KILN_CHECK(p.kernel[d] > 0, "{}: kernel size must be positive, got ({}, {})", op, p.kernel[0], p.kernel[1]);
     KILN_CHECK(p.stride[d] > 0, "{}: stride must be positive, got ({}, {})", op, p.stride[0], p.stride[1]);
-    KILN_CHECK(p.padding[d] >= 0 && p.padding[d] * 2 <= p.kernel[d],
-               "{}: padding should be non-negative and at most half of the kernel size, got padding ({}, {}) "
-               "for kernel ({}, {})",
-               op, p.padding[0], p.padding[1], p.kernel[0], p.kernel[1]);
+    KILN_CHECK(p.dilation[d] > 0, "{}: dilation must be positive, got ({}, {})", op, p.dilation[0], p.dilation[1]);
+    KILN_CHECK(p.padding[d] >= 0 && p.padding[d] * 2 <= p.dilation[d] * (p.kernel[d] - 1) + 1,
+               "{}: padding should be non-negative and at most half of the effective kernel size, got padding "
+               "({}, {}) for kernel ({}, {}) and dilation ({}, {})",
+               op, p.padding[0], p.padding[1], p.kernel[0], p.kernel[1], p.dilation[0], p.dilation[1]);
   }
   Shape out{x.size(0), x.size(1), 0, 0};
   for (int d = 0; d < 2; ++d) {
-    out[2 + d] = pool_output_size(x.size(2 + d), p.kernel[d], p.padding[d], p.stride[d], 1, p.ceil_mode);
+    out[2 + d] = pool_output_size(x.size(2 + d), p.kernel[d], p.padding[d], p.stride[d], p.dilation[d], p.ceil_mode);
   }
   KILN_CHECK(out[2] > 0 && out[3] > 0,
              "{}: output size {} x {} is too small for input of shape {} with kernel ({}, {}), stride ({}, {}), "
@@ -144,11 +145,12 @@ Conv2dParams make_conv2d_params(const IntList& stride, const IntList& padding, c
 }
 
 Pool2dParams make_pool2d_params(const IntList& kernel, const IntList& stride, const IntList& padding,
-                                bool ceil_mode, bool count_include_pad, const char* op) {
+                                bool ceil_mode, bool count_include_pad, const char* op, const IntList& dilation) {
   Pool2dParams p;
   to_pair(kernel, p.kernel, op, "kernel_size");
   to_pair(stride.empty() ? kernel : stride, p.stride, op, "stride");
   to_pair(padding, p.padding, op, "padding");
+  to_pair(dilation, p.dilation, op, "dilation");
   p.ceil_mode = ceil_mode;
   p.count_include_pad = count_include_pad;
   return p;
@@ -169,8 +171,8 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2d
 }
 
 Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride, const IntList& padding,
-                  bool ceil_mode) {
-  return op::max_pool2d(x, make_pool2d_params(kernel, stride, padding, ceil_mode, true, "max_pool2d"));
+                  const IntList& dilation, bool ceil_mode) {
+  return op::max_pool2d(x, make_pool2d_params(kernel, stride, padding, ceil_mode, true, "max_pool2d", dilation));
 }
 
 Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride, const IntList& padding,

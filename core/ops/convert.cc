@@ -66,6 +66,10 @@ Tensor Tensor::to(Device device, DType dtype) const { return kiln::to(kiln::to(*
 
 Tensor& fill_(Tensor& x, const Scalar& value) {
   check_inplace(x, "fill_");
+  if (inplace_needs_grad(x, Tensor())) {
+    commit_inplace(x, full(x.sizes(), value, TensorOptions(x.dtype()).device(x.device())), "fill_");
+    return x;
+  }
   kernels::fill[x.device()](x, value);
   x.storage()->bump_version();
   return x;
@@ -76,6 +80,13 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   Shape b = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   KILN_CHECK(b == dst.sizes(), "copy_: source of shape {} cannot be broadcast to destination shape {}",
              src.sizes(), dst.sizes());
+  if (inplace_needs_grad(dst, src)) {
+    // d(dst)/d(src) is the identity through the device move, the cast and the broadcast.
+    Tensor r = src.to(dst.device());
+    if (is_floating(r.dtype()) && is_floating(dst.dtype())) r = r.to(dst.dtype());
+    commit_inplace(dst, r.expand(dst.sizes()), "copy_");
+    return dst;
+  }
   Tensor s = src.device() == dst.device() ? src : src.to(dst.device());
   kernels::copy[dst.device()](dst, s.expand(dst.sizes()));
   dst.storage()->bump_version();

@@ -205,7 +205,7 @@ Tensor& inplace_binary(Tensor& self, BinaryKind kind, const Tensor& other, const
                : kind == BinaryKind::sub ? sub(orig, other, alpha)
                : kind == BinaryKind::mul ? mul(orig, other)
                                          : div(orig, other);
-    rebase_history(self, r);
+    commit_inplace(self, r, name);
     return self;
   }
   const Device dev = self.device();

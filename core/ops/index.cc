@@ -1,5 +1,5 @@
-// Indexing ops: index_select, gather and scatter_add (differentiable primitives), index_add
-// (their backward helper) and one_hot. Indices may be i64 or i32 (converted); every index is
+// Indexing ops: index_select, gather, scatter_add, index_add and embedding (differentiable
+// primitives) and one_hot. Indices may be i64 or i32 (converted); every index is
 // checked against the size of the dim it addresses before a kernel runs, so a bad index throws
 // naming the op, the value and the size instead of reading out of bounds.
 #include "core/autocast.h"
@@ -130,25 +130,7 @@ Tensor scatter_add_forward(const Tensor& x, int64_t dim, const Tensor& index, co
   return out;
 }
 
-}  // namespace
-}  // namespace kiln
-
-KILN_DEFINE_OP(index_select, &kiln::index_select_forward)
-KILN_DEFINE_OP(gather, &kiln::gather_forward)
-KILN_DEFINE_OP(scatter_add, &kiln::scatter_add_forward)
-
-namespace kiln {
-
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) { return op::index_select(x, dim, index); }
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return op::gather(x, dim, index); }
-Tensor scatter_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
-  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::scatter_add, {x0, src0});
-  return op::scatter_add(xs[0], dim, index, xs[1]);
-}
-
-Tensor index_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
-  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::index_add, {x0, src0});
-  const Tensor &x = xs[0], &src = xs[1];
+Tensor index_add_forward(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   KILN_CHECK(x.dim() > 0, "index_add: the input must have at least one dim");
   const int64_t d = wrap_dim(dim, x.dim(), "index_add");
   check_same_device(x, index, "index_add", "index");
@@ -163,6 +145,46 @@ Tensor index_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tenso
   Tensor out = clone_plain(x);
   if (src.numel() > 0) kernels::index_add[x.device()](out, d, idx, src);
   return out;
+}
+
+Tensor embedding_forward(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got shape {}", weight.sizes());
+  KILN_CHECK(padding_idx >= -1 && padding_idx < weight.size(0),
+             "embedding: padding_idx {} is out of range for {} embeddings (normalise negative values first)",
+             padding_idx, weight.size(0));
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(weight.size(1));
+  Tensor flat = index_as_i64(indices, "embedding");
+  flat = flat.is_contiguous() ? make_view(flat, {flat.numel()}, {1}, flat.offset()) : flat.contiguous().view({-1});
+  Tensor rows = index_select_forward(weight, 0, flat);
+  return make_view(rows, out_shape, contiguous_strides(out_shape), 0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+KILN_DEFINE_OP(index_select, &kiln::index_select_forward)
+KILN_DEFINE_OP(gather, &kiln::gather_forward)
+KILN_DEFINE_OP(scatter_add, &kiln::scatter_add_forward)
+KILN_DEFINE_OP(index_add, &kiln::index_add_forward)
+KILN_DEFINE_OP(embedding, &kiln::embedding_forward)
+
+namespace kiln {
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) { return op::index_select(x, dim, index); }
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return op::gather(x, dim, index); }
+Tensor scatter_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
+  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::scatter_add, {x0, src0});
+  return op::scatter_add(xs[0], dim, index, xs[1]);
+}
+
+Tensor index_add(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& src0) {
+  std::vector<Tensor> xs = autocast::promote_inputs(AutocastOp::index_add, {x0, src0});
+  return op::index_add(xs[0], dim, index, xs[1]);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  return op::embedding(weight, indices, padding_idx);
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {

@@ -3,19 +3,29 @@
 #include "core/autograd_meta.h"
 #include "core/grad_mode.h"
 #include "core/kernels.h"
+#include "core/ops.h"
+#include "core/view_history.h"
 
 namespace kiln {
 
 void check_inplace(const Tensor& x, const char* op) {
-  KILN_CHECK(!(GradMode::is_enabled() && x.requires_grad() && x.is_leaf()),
+  const bool grad_mode = GradMode::is_enabled();
+  KILN_CHECK(!(grad_mode && x.requires_grad() && x.is_leaf()),
              "{}: a leaf tensor of shape {} that requires grad cannot be modified in place while grad mode "
              "is on (wrap the update in kiln::NoGradGuard)",
              op, x.sizes());
-  // Rebasing a view's history would also have to rewrite its base's; we refuse instead.
-  KILN_CHECK(!(GradMode::is_enabled() && x.unsafe_impl()->is_view && x.requires_grad()),
-             "{}: in-place modification of a view of a tensor that requires grad is not supported (view of "
-             "shape {}); clone() it first",
-             op, x.sizes());
+  if (grad_mode && x.unsafe_impl()->view_base) {
+    Tensor base(x.unsafe_impl()->view_base);
+    KILN_CHECK(!(base.is_leaf() && base.requires_grad()),
+               "{}: a view (shape {}) of a leaf tensor of shape {} that requires grad cannot be modified in "
+               "place while grad mode is on (wrap the update in kiln::NoGradGuard, or clone() the view)",
+               op, x.sizes(), base.sizes());
+    KILN_CHECK(x.unsafe_impl()->view_tracks_grad || !base.requires_grad(),
+               "{}: this view (shape {}) was made in no-grad mode from a tensor of shape {} that requires grad; "
+               "writing it in place with grad mode on would hide the write from autograd (make the view with "
+               "grad mode on, or write under kiln::NoGradGuard)",
+               op, x.sizes(), base.sizes());
+  }
   for (int64_t d = 0; d < x.dim(); ++d)
     KILN_CHECK(x.stride(d) != 0 || x.size(d) <= 1,
                "{}: cannot write in place into an expanded tensor of shape {} (strides {}): several elements "
@@ -27,24 +37,40 @@ bool inplace_needs_grad(const Tensor& x, const Tensor& other) {
   return GradMode::is_enabled() && (x.requires_grad() || (other.defined() && other.requires_grad()));
 }
 
-void rebase_history(Tensor& self, const Tensor& result) {
-  // The base of a view would not learn of the new history, and its gradient would silently
-  // miss this op: refuse (before anything is written).
-  KILN_CHECK(!(result.requires_grad() && self.unsafe_impl()->is_view),
-             "in-place op with an operand that requires grad cannot write into a view (shape {}); compute it "
-             "out of place, or clone() the view first",
-             self.sizes());
+void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
+  KILN_CHECK(result.sizes() == self.sizes(), "{}: internal error: result shape {} for a tensor of shape {}", op,
+             result.sizes(), self.sizes());
   {
     NoGradGuard g;
     Tensor r = result.dtype() == self.dtype() ? result : result.to(self.dtype());
+    if (r.device() != self.device()) r = r.to(self.device());
+    if (r.storage() == self.storage()) r = r.clone();  // never read an element after writing it
     kernels::copy[self.device()](self, r);
     self.storage()->bump_version();
   }
-  if (!result.requires_grad()) return;
-  AutogradMeta& m = self.mutable_autograd_meta();
-  m.grad_fn = result.grad_fn();
-  m.output_nr = result.autograd_meta()->output_nr;
-  m.grad_hooks = result.autograd_meta()->grad_hooks;  // hooks registered later reach the new node
+  auto rebase = detail::view_history_hooks().rebase;
+  KILN_CHECK(rebase != nullptr, "{}: autograd is not linked (link //autograd to record in-place ops)", op);
+  rebase(self, result, op);
 }
+
+}  // namespace kiln
+
+namespace kiln {
+
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value) {
+  check_inplace(x, "masked_fill_");
+  KILN_CHECK(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill_") == x.sizes(),
+             "masked_fill_: mask of shape {} cannot be broadcast to the tensor's shape {}", mask.sizes(), x.sizes());
+  if (inplace_needs_grad(x, Tensor())) {
+    commit_inplace(x, masked_fill(x.clone(), mask, value), "masked_fill_");
+    return x;
+  }
+  Tensor r = masked_fill(x, mask, value);
+  kernels::copy[x.device()](x, r);
+  x.storage()->bump_version();
+  return x;
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) { return kiln::masked_fill_(*this, mask, value); }
 
 }  // namespace kiln

@@ -105,3 +105,29 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
 Tensor Tensor::matmul(const Tensor& other) const { return kiln::matmul(*this, other); }
 
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+/// beta * input + alpha * prod, input broadcast to prod's shape. With beta == 0 the input is
+/// ignored, as in PyTorch (NaN and inf in it do not propagate).
+Tensor scaled_sum(const Tensor& input, Tensor prod, const Scalar& beta, const Scalar& alpha, const char* op) {
+  KILN_CHECK(broadcast_shapes(input.sizes(), prod.sizes(), op) == prod.sizes(),
+             "{}: input of shape {} cannot be broadcast to the product's shape {}", op, input.sizes(), prod.sizes());
+  if (alpha.to_double() != 1) prod = prod * alpha;
+  if (beta.to_double() == 0) return prod;
+  return (beta.to_double() == 1 ? input : input * beta) + prod;
+}
+
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta, const Scalar& alpha) {
+  return scaled_sum(input, mm(mat1, mat2), beta, alpha, "addmm");
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta,
+               const Scalar& alpha) {
+  return scaled_sum(input, bmm(batch1, batch2), beta, alpha, "baddbmm");
+}
+
+}  // namespace kiln

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -13,8 +14,16 @@
 namespace kiln {
 namespace {
 
-Tensor mark_view(Tensor t) {
-  t.unsafe_impl()->is_view = true;
+/// Marks `t` as a view of `x`: it shares x's root base and version counter. Its history follows
+/// the base's when it was made in grad mode (autograd's view wrappers, which run the forward with
+/// grad mode off, set that flag themselves).
+Tensor mark_view(Tensor t, const Tensor& x) {
+  TensorImpl* v = t.unsafe_impl();
+  const TensorImpl* src = x.unsafe_impl();
+  v->is_view = true;
+  v->view_base = src->view_base ? src->view_base : x.impl_ptr();
+  v->view_version = x.version();
+  v->view_tracks_grad = GradMode::is_enabled();
   return t;
 }
 
@@ -90,7 +99,7 @@ Tensor view_forward(const Tensor& x, const Shape& shape) {
              "view: shape {} is not compatible with the input's shape {} and strides {} (a new dim would span "
              "non-adjacent memory); use reshape(), which copies when it must",
              shape, x.sizes(), x.strides());
-  return mark_view(make_view(x, std::move(sizes), std::move(*strides), x.offset()));
+  return mark_view(make_view(x, std::move(sizes), std::move(*strides), x.offset()), x);
 }
 
 Tensor permute_forward(const Tensor& x, const IntList& dims) {
@@ -106,7 +115,7 @@ Tensor permute_forward(const Tensor& x, const IntList& dims) {
     sizes[i] = x.sizes()[d];
     strides[i] = x.strides()[d];
   }
-  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset()));
+  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset()), x);
 }
 
 Tensor slice_forward(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -124,7 +133,7 @@ Tensor slice_forward(const Tensor& x, int64_t dim, int64_t start, int64_t end, i
   Shape sizes = x.sizes(), strides = x.strides();
   sizes[d] = (end - start + step - 1) / step;
   strides[d] = x.strides()[d] * step;
-  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset() + start * x.strides()[d]));
+  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset() + start * x.strides()[d]), x);
 }
 
 Tensor expand_forward(const Tensor& x, const Shape& shape) {
@@ -155,7 +164,7 @@ Tensor expand_forward(const Tensor& x, const Shape& shape) {
       strides[i] = 0;
     }
   }
-  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset()));
+  return mark_view(make_view(x, std::move(sizes), std::move(strides), x.offset()), x);
 }
 
 Tensor cat_forward(const std::vector<Tensor>& tensors, int64_t dim) {

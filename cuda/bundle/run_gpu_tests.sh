@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs Kiln's CUDA tests from //cuda:gpu_bundle on a GPU host that has no Bazel: every binary in
-# tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/ and, when
-# the host's python3 has PyTorch with CUDA, the side-by-side comparisons in scripts/. Ends with
-# "N passed, N failed". CUDA libraries come from the host: $CUDA_PATH or /usr/local/cuda, then
-# the Python environment's site-packages/nvidia/*/lib (PyTorch wheels ship cuDNN, NCCL, cuBLAS
-# there), then lib/cuda-fallback/ (the CUDA runtime this bundle was built with).
+# tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/ and the
+# side-by-side comparisons with the host's PyTorch in scripts/ (no PyTorch with CUDA is then a
+# failure). Ends with "N passed, N failed".
+# Python: $PYTHON, else /opt/torch/.venv/bin/python3 (the GPU hosts' PyTorch; $KILN_TORCH_VENV
+# overrides the venv), else python3/python on PATH. Kiln's binaries, and only they, get an
+# LD_LIBRARY_PATH: lib/ (the bundle's libstdc++, fmt, ...), $CUDA_PATH or /usr/local/cuda, that
+# Python's site-packages/nvidia/*/lib (cuDNN, NCCL, cuBLAS wheels), then lib/cuda-fallback/ (the
+# CUDA runtime this bundle was built with). The PyTorch scripts run with the host's environment
+# untouched, so the bundle's libraries never shadow PyTorch's; they call Kiln's benchmarks through
+# wrappers that set it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -14,19 +19,38 @@ for a in "$@"; do
   if [ "$a" = "--bench" ]; then bench=1; else args+=("$a"); fi
 done
 
-ldp="$here/lib"
-for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64; do
-  [ -d "$d" ] && ldp="$ldp:$d"
-done
-for py in "${PYTHON:-}" python3 python; do
-  [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
-  for sp in $("$py" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null); do
-    for l in "$sp"/nvidia/*/lib; do [ -d "$l" ] && ldp="$ldp:$l"; done
+# The first Python that exists, as an absolute path (empty when none).
+find_python() {
+  local py
+  for py in "${PYTHON:-}" "${KILN_TORCH_VENV:-/opt/torch/.venv}/bin/python3" python3 python; do
+    [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 && { command -v "$py"; return; }
   done
-  break
+}
+py=$(find_python)
+
+# The nvidia/*/lib folders of the Python environment's wheels: site-packages as Python reports
+# them, and the venv's own lib/python3*/site-packages in case Python cannot start.
+wheel_lib_dirs() {
+  local sp l
+  [ -n "$py" ] || return 0
+  {
+    "$py" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null
+    ls -d "$(dirname "$py")"/../lib/python3*/site-packages 2>/dev/null
+  } | while read -r sp; do
+    for l in "$sp"/nvidia/*/lib; do [ -d "$l" ] && (cd "$l" && pwd); done
+  done | awk '!seen[$0]++'
+}
+
+kiln_ldp="$here/lib"
+for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64; do
+  [ -d "$d" ] && kiln_ldp="$kiln_ldp:$d"
 done
-ldp="$ldp:$here/lib/cuda-fallback"
-export LD_LIBRARY_PATH="$ldp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+while read -r l; do
+  [ -n "$l" ] && kiln_ldp="$kiln_ldp:$l"
+done < <(wheel_lib_dirs)
+kiln_ldp="$kiln_ldp:$here/lib/cuda-fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "python: ${py:-none}"
+echo "LD_LIBRARY_PATH for Kiln's binaries: $kiln_ldp"
 
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
@@ -44,27 +68,48 @@ run() {
     failed_names+=("$name")
   fi
 }
+fail_run() {  # a check that could not even start
+  echo "==== $1"
+  echo "FAILED: $2"
+  failed=$((failed + 1))
+  failed_names+=("$1")
+}
+run_kiln() {
+  local name=$1
+  shift
+  run "$name" env LD_LIBRARY_PATH="$kiln_ldp" "$@"
+}
+
 for t in "$here"/tests/*; do
-  [ -x "$t" ] && run "$(basename "$t")" "$t" "${args[@]}"
+  [ -x "$t" ] && run_kiln "$(basename "$t")" "$t" ${args[@]+"${args[@]}"}
 done
 if [ "$bench" = 1 ]; then
   for b in "$here"/bench/*; do
     [ -x "$b" ] || continue
     case "$(basename "$b")" in
-      allreduce_bench) run allreduce_bench "$b" --backend nccl --nproc 1 ;;  # one GPU: NCCL with 1 rank
-      amp_bench) run amp_bench "$b" --device cuda ;;
-      *) run "$(basename "$b")" "$b" ;;
+      allreduce_bench) run_kiln allreduce_bench "$b" --backend nccl --nproc 1 ;;  # one GPU: NCCL with 1 rank
+      amp_bench) run_kiln amp_bench "$b" --device cuda ;;
+      *) run_kiln "$(basename "$b")" "$b" ;;
     esac
   done
-  # Side by side with the host's PyTorch, when it has one with CUDA.
-  py=${PYTHON:-python3}
-  if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    export KILN_TORCH_PYTHON=$(command -v "$py")
-    run gemm_vs_pytorch "$py" "$here/scripts/gemm_vs_pytorch.py" --gemm-bench "$here/bench/gemm_bench"
-    run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$here/bench/amp_bench" \
-      --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
+  # Side by side with the host's PyTorch: the scripts start Kiln's benchmarks through wrappers
+  # carrying Kiln's library path, while they themselves keep the host's.
+  wrap=$(mktemp -d)
+  trap 'rm -rf "$wrap"' EXIT
+  for b in "$here"/bench/*; do
+    [ -x "$b" ] || continue
+    printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\nexec %q "$@"\n' "$kiln_ldp" "$b" > "$wrap/$(basename "$b")"
+    chmod +x "$wrap/$(basename "$b")"
+  done
+  if [ -z "$py" ]; then
+    fail_run pytorch "no Python found (\$PYTHON, ${KILN_TORCH_VENV:-/opt/torch/.venv}/bin/python3, python3, python)"
+  elif ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    fail_run pytorch "$py has no PyTorch with CUDA: the comparisons gemm_vs_pytorch and amp_vs_pytorch cannot run"
   else
-    echo "skipped: gemm_vs_pytorch, amp_vs_pytorch (no PyTorch with CUDA in $py)"
+    export KILN_TORCH_PYTHON="$py"
+    run gemm_vs_pytorch "$py" "$here/scripts/gemm_vs_pytorch.py" --gemm-bench "$wrap/gemm_bench"
+    run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$wrap/amp_bench" \
+      --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
   fi
 fi
 ((failed)) && echo "failed: ${failed_names[*]}"

@@ -111,6 +111,10 @@ void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x
 void launch_arg_reduce(bool is_max, ScalarType type, const void* x, int64_t* out, int64_t rows, int64_t D,
                        CUstream_st* stream);
 
+/// out[r, :] (i64) = the stable sort order of x[r, 0..n) for contiguous [rows, n] x (NaN largest).
+void launch_argsort(ScalarType type, const void* x, int64_t* out, int64_t rows, int64_t n, bool descending,
+                    CUstream_st* stream);
+
 /// y[r] = softmax (or log_softmax) of x[r, 0..D) for contiguous [rows, D] x and y of one type
 /// (computed in float, double for f64).
 void launch_softmax(ScalarType type, const void* x, void* y, int64_t rows, int64_t D, bool log, CUstream_st* stream);

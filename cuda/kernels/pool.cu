@@ -23,19 +23,22 @@ __global__ void max_pool_kernel(const T* x, T* out, int64_t* indices, PoolShape 
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t ow = i % s.OW, oh = (i / s.OW) % s.OH, pl = i / (s.OW * s.OH);
     const int64_t hs = oh * p.stride[0] - p.padding[0], ws = ow * p.stride[1] - p.padding[1];
-    const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + p.kernel[0] < s.H ? hs + p.kernel[0] : s.H;
-    const int64_t w0 = ws > 0 ? ws : 0, w1 = ws + p.kernel[1] < s.W ? ws + p.kernel[1] : s.W;
     const T* xp = x + pl * s.H * s.W;
     A best = -INFINITY;
-    int64_t at = h0 * s.W + w0;
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t w = w0; w < w1; ++w) {
+    int64_t at = -1;
+    for (int64_t i = 0; i < p.kernel[0]; ++i) {  // window elements `dilation` apart
+      const int64_t h = hs + i * p.dilation[0];
+      if (h < 0 || h >= s.H) continue;
+      for (int64_t j = 0; j < p.kernel[1]; ++j) {
+        const int64_t w = ws + j * p.dilation[1];
+        if (w < 0 || w >= s.W) continue;
         const A v = to_math(xp[h * s.W + w]);
-        if (v > best || v != v) {  // a later element wins if larger or NaN
+        if (at < 0 || v > best || v != v) {  // a later element wins if larger or NaN
           best = v;
           at = h * s.W + w;
         }
       }
+    }
     out[i] = from_math<T>(best);
     indices[i] = at;
   }

@@ -72,6 +72,15 @@ std::map<std::string, Runner> runners() {
       {"l1_loss", [](const Make& in) { return F::l1_loss(in({4, 5}, 1), in({4, 5}, 2)); }},
       {"binary_cross_entropy_with_logits",
        [](const Make& in) { return F::binary_cross_entropy_with_logits(in({4, 5}, 1), in.pos({4, 5}, 2) / 2.0); }},
+      {"binary_cross_entropy",
+       [](const Make& in) { return F::binary_cross_entropy(in({4, 5}, 1, 0.05, 0.95), in({4, 5}, 2, 0, 1)); }},
+      {"kl_div", [](const Make& in) { return F::kl_div(in({4, 5}, 1, -3, -0.1), in({4, 5}, 2, 0.05, 0.8)); }},
+      {"smooth_l1_loss", [](const Make& in) { return F::smooth_l1_loss(in({4, 5}, 1), in({4, 5}, 2)); }},
+      {"huber_loss", [](const Make& in) { return F::huber_loss(in({4, 5}, 1), in({4, 5}, 2)); }},
+      {"group_norm", [](const Make& in) { return F::group_norm(in({2, 4, 3}, 1), 2, in.pos({4}, 2), in({4}, 3)); }},
+      {"rms_norm", [](const Make& in) { return F::rms_norm(in({4, 6}, 1), {6}, in.pos({6}, 2)); }},
+      {"normalize", [](const Make& in) { return F::normalize(in({4, 6}, 1)); }},
+      {"cosine_similarity", [](const Make& in) { return F::cosine_similarity(in({4, 6}, 1), in({4, 6}, 2)); }},
       {"scatter_add",
        [](const Make& in) {
          Tensor idx = tensor<int64_t>({0, 2, 1, 0, 2, 1}, {2, 3});

@@ -64,7 +64,7 @@ TEST_CASE("max_pool2d and avg_pool2d gradients") {
   Tensor x = leaf({2, 2, 7, 6});
   CHECK_GRAD([](Inputs v) { return max_pool2d(v[0], {2}); }, x);
   CHECK_GRAD([](Inputs v) { return max_pool2d(v[0], {3}, {2}, {1}); }, x);
-  CHECK_GRAD([](Inputs v) { return max_pool2d(v[0], {2, 3}, {2, 1}, {1, 0}, true); }, x);
+  CHECK_GRAD([](Inputs v) { return max_pool2d(v[0], {2, 3}, {2, 1}, {1, 0}, {1, 1}, true); }, x);
   CHECK_GRAD([](Inputs v) { return avg_pool2d(v[0], {2}); }, x);
   CHECK_GRAD([](Inputs v) { return avg_pool2d(v[0], {3}, {2}, {1}); }, x);
   CHECK_GRAD([](Inputs v) { return avg_pool2d(v[0], {3}, {2}, {1}, true, false); }, x);

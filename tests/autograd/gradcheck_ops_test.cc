@@ -173,4 +173,12 @@ TEST_CASE("indexing") {
   CHECK_GRAD([&](Inputs v) { return v[0].scatter_add(1, gidx, v[1]); }, x, leaf({4, 3}));
   Tensor small_idx = tensor(std::vector<int64_t>{1, 0, 2, 2}, {2, 2});
   CHECK_GRAD([&](Inputs v) { return v[0].scatter_add(0, small_idx, v[1]); }, leaf({3, 2}), leaf({3, 4}));
+  // index_add with respect to both the destination and the source, repeated indices, both dims.
+  CHECK_GRAD([&](Inputs v) { return index_add(v[0], 0, idx, v[1]); }, x, leaf({3, 3}));
+  CHECK_GRAD([&](Inputs v) { return index_add(v[0], 1, idx, v[1]); }, x, leaf({4, 3}));
+  // embedding: repeated rows (its padding row, deliberately not differentiated, is checked in
+  // tests/nn/layers_test.cc), and a padding index that does not occur changes nothing.
+  Tensor tokens = tensor(std::vector<int64_t>{1, 3, 3, 0, 2, 1}, {2, 3});
+  CHECK_GRAD([&](Inputs v) { return embedding(v[0], tokens); }, x);
+  CHECK_GRAD([&](Inputs v) { return embedding(v[0], tokens.clamp(0, 2), /*padding_idx=*/3); }, x);
 }

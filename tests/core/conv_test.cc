@@ -326,7 +326,7 @@ TEST_CASE("max_pool2d and avg_pool2d match naive loops, forward and backward") {
       CHECK(y.sizes() == out_shape);
       CHECK_ALLCLOSE(y, tensor(m.out, out_shape), tol, tol);
       CHECK(idx.to_vector<int64_t>() == m.idx);
-      CHECK_ALLCLOSE(max_pool2d(x, {c.kh, c.kw}, {c.sh, c.sw}, {c.ph, c.pw}, c.ceil_mode), y, 0, 0);
+      CHECK_ALLCLOSE(max_pool2d(x, {c.kh, c.kw}, {c.sh, c.sw}, {c.ph, c.pw}, {1, 1}, c.ceil_mode), y, 0, 0);
       Tensor gx = make_tensor(x.sizes(), dt, kCPU);
       kernels::max_pool2d_backward[kCPU](gx, go, idx);
       CHECK_ALLCLOSE(gx, tensor(m.grad_x, x.sizes()), tol, tol);
@@ -349,7 +349,7 @@ TEST_CASE("pooling output sizes follow PyTorch") {
   CHECK(pool_output_size(6, 3, 1, 3, 1, true) == 3);
   CHECK(pool_output_size(5, 2, 1, 2, 1, true) == 3);  // a window starting in the right padding is dropped
   CHECK(pool_output_size(5, 3, 1, 2, 1, false) == 3);
-  CHECK(max_pool2d(rand({2, 3, 7, 9}), {3}, {2}, {1}, true).sizes() == Shape{2, 3, 4, 5});
+  CHECK(max_pool2d(rand({2, 3, 7, 9}), {3}, {2}, {1}, {1}, true).sizes() == Shape{2, 3, 4, 5});
   CHECK(avg_pool2d(rand({1, 1, 5, 6}), {2}, {2}, {1}, true).sizes() == Shape{1, 1, 3, 4});
 }
 
@@ -386,4 +386,16 @@ TEST_CASE("adaptive_avg_pool2d averages PyTorch's windows") {
   }
   CHECK(adaptive_avg_pool2d(rand({1, 2, 5, 4}), {1}).sizes() == Shape{1, 2, 1, 1});
   CHECK(adaptive_avg_pool2d(rand({1, 2, 5, 4}), {3, -1}).sizes() == Shape{1, 2, 3, 4});
+}
+
+TEST_CASE("max_pool2d with dilation picks window elements dilation apart, as PyTorch") {
+  // 1x1x5x5 of 0..24; kernel 2, stride 1, dilation 2: window (i, j) covers i, i+2 / j, j+2.
+  Tensor x = arange(25, kFloat32).view({1, 1, 5, 5});
+  auto [y, idx] = max_pool2d_with_indices(x, make_pool2d_params({2}, {1}, {0}, false, true, "max_pool2d", {2, 2}));
+  CHECK(y.sizes() == Shape{1, 1, 3, 3});
+  CHECK(y.to_vector<float>() == std::vector<float>{12, 13, 14, 17, 18, 19, 22, 23, 24});
+  CHECK(idx.to_vector<int64_t>()[0] == 12);
+  CHECK(max_pool2d(x, {2}, {2}, {1}, {2}).sizes() == Shape{1, 1, 3, 3});
+  CHECK_THROWS_WITH(max_pool2d(x, {2}, {1}, {2}, {1}), doctest::Contains("at most half of the effective kernel"));
+  CHECK_THROWS_WITH(max_pool2d(x, {2}, {1}, {0}, {0}), doctest::Contains("dilation must be positive"));
 }

@@ -1,6 +1,7 @@
 // The caching allocator's block pool on a fake device (runs everywhere, GPU or not): rounding,
 // splitting and merging, per-stream reuse, cross-stream reuse only after the events say so,
-// statistics, empty_cache and the out-of-memory message.
+// statistics, empty_cache, the out-of-memory message, and device errors while freeing (logged and
+// the block abandoned, never thrown: free runs in tensors' destructors).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -21,7 +22,10 @@ constexpr size_t MiB = size_t{1} << 20;
 class FakeDevice final : public kiln::cuda::MemoryBackend {
  public:
   explicit FakeDevice(size_t capacity) : capacity_(capacity) {}
-  ~FakeDevice() override { CHECK(live_.empty()); }
+  ~FakeDevice() override {
+    CHECK((live_.empty() || leaks_expected));
+    for (auto& [p, n] : live_) std::free(p);
+  }
 
   void* raw_alloc(size_t n) override {
     if (used_ + n > capacity_) return nullptr;
@@ -32,6 +36,7 @@ class FakeDevice final : public kiln::cuda::MemoryBackend {
     return p;
   }
   void raw_free(void* p) override {
+    if (fail_frees) throw kiln::Error("cudaFree: an illegal memory access was encountered (fake)");
     auto it = live_.find(p);
     REQUIRE(it != live_.end());
     used_ -= it->second;
@@ -39,11 +44,15 @@ class FakeDevice final : public kiln::cuda::MemoryBackend {
     std::free(p);
   }
   void* record_event(kiln::cuda::StreamId s) override {
+    if (fail_events) throw kiln::Error("cudaEventRecord: an illegal memory access was encountered (fake)");
     auto* e = new Event{s, false};
     ++events_live;
     return e;
   }
-  bool event_done(void* e) override { return static_cast<Event*>(e)->done || all_done; }
+  bool event_done(void* e) override {
+    if (fail_queries) throw kiln::Error("cudaEventQuery: an illegal memory access was encountered (fake)");
+    return static_cast<Event*>(e)->done || all_done;
+  }
   void destroy_event(void* e) override {
     delete static_cast<Event*>(e);
     --events_live;
@@ -58,6 +67,8 @@ class FakeDevice final : public kiln::cuda::MemoryBackend {
   int raw_allocs = 0;
   int events_live = 0;
   bool all_done = false;
+  bool fail_events = false, fail_queries = false, fail_frees = false;  // as after a sticky error
+  bool leaks_expected = false;  // abandoned blocks are never returned
 
  private:
   struct Event {
@@ -239,4 +250,57 @@ TEST_CASE("freeing a pointer the allocator never gave out is an error") {
   CachingAllocatorCore a(dev, "fake:0");
   int x;
   CHECK_THROWS_WITH_AS(a.free(&x), doctest::Contains("did not allocate"), kiln::Error);
+}
+
+/// A 30 MiB block also used on kS1 (so freeing it records an event), on a device whose
+/// abandoned blocks are never returned.
+struct CrossStreamBlock {
+  FakeDevice dev{256 * MiB};
+  CachingAllocatorCore a{dev, "fake:0"};
+  void* p = nullptr;
+  CrossStreamBlock() {
+    dev.leaks_expected = true;
+    p = a.allocate(30 * MiB, kS0);
+    a.record_stream(p, kS1);
+  }
+};
+
+TEST_CASE("a device error while freeing abandons the block instead of throwing") {
+  CrossStreamBlock c;
+  c.dev.fail_events = true;
+  CHECK_NOTHROW(c.a.free(c.p));
+  MemoryStats s = c.a.stats();
+  CHECK(s.allocated == 0);
+  CHECK(s.abandoned == 30 * MiB);
+  CHECK(s.pending_free == 0);
+  CHECK(s.cached == 0);
+  CHECK(c.a.summary().find("abandoned") != std::string::npos);
+  c.dev.fail_events = false;
+  void* q = c.a.allocate(30 * MiB, kS1);  // never handed out again, on any stream
+  CHECK(q != c.p);
+  c.a.free(q);
+}
+
+TEST_CASE("an event that cannot be queried abandons its block; the allocator goes on") {
+  CrossStreamBlock c;
+  c.a.free(c.p);
+  CHECK(c.a.stats().pending_free == 30 * MiB);
+  c.dev.fail_queries = true;
+  void* q = nullptr;
+  CHECK_NOTHROW(q = c.a.allocate(30 * MiB, kS0));  // processes the pending event
+  CHECK(q != c.p);
+  CHECK(c.dev.events_live == 0);
+  CHECK(c.a.stats().pending_free == 0);
+  CHECK(c.a.stats().abandoned == 30 * MiB);
+  c.a.free(q);
+}
+
+TEST_CASE("a segment the device refuses to free is logged and forgotten, not thrown") {
+  FakeDevice dev(256 * MiB);
+  dev.leaks_expected = true;
+  CachingAllocatorCore a(dev, "fake:0");
+  a.free(a.allocate(30 * MiB, kS0));
+  dev.fail_frees = true;
+  CHECK_NOTHROW(a.empty_cache());
+  CHECK(a.stats().reserved == 0);
 }

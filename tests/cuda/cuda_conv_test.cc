@@ -1,8 +1,10 @@
 // conv2d forward and backward through cuDNN against the CPU: stride, padding, dilation,
-// groups, with and without bias, f32/f64/f16/bf16. Skipped without a GPU.
+// groups, with and without bias, f32/f64/f16/bf16, and the math type (exact f32 unless TF32 is
+// allowed). Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include "core/kernels.h"
+#include "core/matmul_precision.h"
 #include "core/ops.h"
 #include "tests/cuda/gpu_test_util.h"
 
@@ -50,4 +52,27 @@ TEST_CASE("conv2d and its backward match the CPU") {
       if (geo.bias) CHECK_MESSAGE(test::allclose(ggb.to(kCPU), cgb, tol * 5, tol * 5), (std::string("conv2d grad_b ") + what));
     }
   }
+}
+
+TEST_CASE("conv2d runs the chosen algorithm's math: exact f32 by default, TF32 only when allowed") {
+  KILN_REQUIRE_GPU();
+  // A tensor-core-sized problem with bits below TF32's 10-bit mantissa: the algorithm's math type
+  // set on the descriptor decides whether they survive.
+  Conv2dParams p;
+  p.padding[0] = p.padding[1] = 1;
+  Tensor x = random_input({8, 64, 16, 16}, kFloat32) + 1.0 / 4096, w = random_input({64, 64, 3, 3}, kFloat32);
+  Tensor exact = empty({8, 64, 16, 16}, kFloat64);
+  kernels::conv2d[kCPU](exact, x.to(kFloat64), w.to(kFloat64), Tensor(), p);
+  auto gpu_err = [&] {
+    Tensor go = empty({8, 64, 16, 16}, dtype(kFloat32).device(kGpu));
+    kernels::conv2d[kGpu](go, x.to(kGpu), w.to(kGpu), Tensor(), p);
+    return (go.to(kCPU).to(kFloat64) - exact).abs().max().item<double>();
+  };
+  const double full = gpu_err();
+  set_float32_matmul_precision("high");
+  const double tf32 = gpu_err();
+  set_float32_matmul_precision("highest");
+  INFO("full f32 error ", full, ", TF32 error ", tf32);
+  CHECK(full < 1e-3);  // TF32 would err by ~1e-2 here
+  CHECK(tf32 < 0.5);   // allowed, not forced: cuDNN may still pick an FMA algorithm
 }

@@ -1,6 +1,7 @@
 // Devices, guards, streams and events on a real GPU: device count and errors, the per-thread
-// current stream, event ordering across streams and timing. Without a GPU: the count is 0,
-// core reports no CUDA device and CPU work is unaffected; the rest is skipped.
+// current stream, event ordering across streams (and across devices in a peer copy) and timing.
+// Without a GPU: the count is 0, core reports no CUDA device and CPU work is unaffected; the rest
+// is skipped.
 #include <doctest/doctest.h>
 
 #include <thread>
@@ -88,6 +89,30 @@ TEST_CASE("an event orders work across streams") {
   auto v = y.to_vector<float>();
   CHECK(v.front() == 42);
   CHECK(v.back() == 42);
+}
+
+TEST_CASE("a peer copy keeps its source block from reuse until the copy is done") {
+  KILN_REQUIRE_GPU();
+  if (cuda::device_count() < 2) {
+    std::printf("skipped: fewer than 2 CUDA devices (peer copy)\n");
+    MESSAGE("skipped: fewer than 2 CUDA devices");
+    return;
+  }
+  // Free the source at once and overwrite a block of its size on its device: the source
+  // device's stream must wait for the copy, or the overwrite races the copy's reads.
+  const int64_t n = int64_t{1} << 26;
+  Tensor host = rand({n}, kFloat32);
+  Tensor want = host.narrow(0, n - (1 << 10), 1 << 10);
+  Tensor dst;
+  {
+    Tensor src = host.to("cuda:0");
+    dst = src.to("cuda:1");
+  }
+  Tensor reuse = empty({n}, dtype(kFloat32).device("cuda:0"));
+  reuse.fill_(-7.0);
+  Tensor got = dst.narrow(0, n - (1 << 10), 1 << 10).to(kCPU);
+  CHECK(got.to_vector<float>() == want.to_vector<float>());
+  CHECK(reuse.narrow(0, 0, 1).to(kCPU).item<float>() == -7.0f);
 }
 
 TEST_CASE("timing events measure elapsed time") {

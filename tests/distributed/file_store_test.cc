@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "distributed/errors.h"
 #include "distributed/file_store.h"
 #include "tests/distributed/proc_util.h"
 #include "tests/distributed/store_scenarios.h"
@@ -70,6 +71,7 @@ TEST_CASE("wait and get time out with a message naming the keys and the file") {
   msg = error_of([&] { store.get("never"); });
   CHECK(contains(msg, "get(\"never\")"));
   CHECK(contains(msg, "200 ms"));
+  CHECK_THROWS_AS(store.get("never"), TimeoutError);
 }
 
 TEST_CASE("check, remove, add and binary values") {

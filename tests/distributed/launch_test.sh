@@ -120,20 +120,26 @@ elapsed=$(($(date +%s) - start))
 expect_contains "$tmp/err" "rank 0 (pid $(cat "$tmp/pid.0")) still running 0.5 s after being asked to stop; sending SIGKILL" "SIGKILL message"
 gone "$(cat "$tmp/pid.0")" || fail "rank 0 survived SIGKILL"
 
-echo "== bad flags exit 2 with the usage"
+echo "== bad flags exit 2 with a message naming the flag, then the usage"
 for args in "--bogus x" "--nproc-per-node" "--nproc-per-node 0 sh" "--nproc-per-node two sh" \
             "--nproc-per-node 2" "--nnodes 2 --node-rank 2 --master-port 29500 sh" \
-            "--nnodes 2 --node-rank 1 sh" "--master-port 70000 sh" "--kill-grace -1 sh"; do
+            "--nnodes 2 --node-rank 1 sh" "--master-port 70000 sh" "--kill-grace -1 sh" \
+            "--kill-grace soon sh" "--nproc-per-node 2 -x sh"; do
   # shellcheck disable=SC2086
   "$launch" $args >"$tmp/out" 2>"$tmp/err"
   rc=$?
   [ "$rc" -eq 2 ] || fail "'launch $args' exited $rc, expected 2"
-  expect_contains "$tmp/err" "usage: launch" "usage for '$args'"
+  expect_contains "$tmp/err" "launch [flags] [--] PROGRAM [ARGS...]" "usage for '$args'"
 done
 "$launch" --nproc-per-node two sh 2>"$tmp/err"
-expect_contains "$tmp/err" '--nproc-per-node expects an integer, got "two"' "flag error message"
+expect_contains "$tmp/err" "--nproc-per-node: expects an integer, got 'two'" "flag error message"
+"$launch" --master-port 70000 sh 2>"$tmp/err"
+expect_contains "$tmp/err" "--master-port: must be in [0, 65535], got 70000" "range error message"
+"$launch" --bogus x 2>"$tmp/err"
+expect_contains "$tmp/err" 'unknown flag "--bogus"' "unknown flag message"
 "$launch" --help >"$tmp/out" 2>&1 || fail "--help exited non-zero"
-expect_contains "$tmp/out" "--nproc-per-node N" "help text"
+expect_contains "$tmp/out" "--nproc-per-node" "help text"
+expect_contains "$tmp/out" "BUILD_WORKING_DIRECTORY" "help text footer"
 
 echo "== programs that cannot run are named"
 "$launch" --nproc-per-node 2 -- no-such-program-kiln >"$tmp/out" 2>"$tmp/err"

@@ -1,19 +1,24 @@
 // The NCCL backend on real GPUs: a 1-rank group (real NCCL calls) and, on a one-GPU host, two
 // ranks that NCCL is told to treat as separate hosts (NCCL_HOSTID, sockets), each collective
-// against the answer computed on the CPU. Skips visibly without the toolkit or a GPU. The GPU
-// count is asked in a child: CUDA initialised in this process would not survive the fork of
-// the ranks.
+// against the answer computed on the CPU; two groups on one store, a paired exchange, and a peer
+// that never joins or dies (set-up and destructor give up after the timeout instead of hanging).
+// Skips visibly without the toolkit or a GPU. The GPU count is asked in a child: CUDA
+// initialised in this process would not survive the fork of the ranks.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/ops.h"
 #include "distributed/init.h"
 #include "tests/distributed/multiprocess.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/device.h"
+#include "distributed/file_store.h"
+#include "distributed/nccl_backend.h"
 #endif
 
 namespace kiln {
@@ -59,26 +64,114 @@ void check_collectives(int rank, int world) {
   }
   pg->barrier()->wait();
 }
-#endif
 
-TEST_CASE("NCCL collectives on one rank and on two ranks of one GPU") {
-#ifndef KILN_HAVE_CUDA
-  skip("this build has no CUDA toolkit");
-#else
-  if (gpus_seen_by_a_child() <= 0) {
-    skip("no CUDA device");
-    return;
-  }
-  test::require_all_ok(test::run_ranks(1, check_collectives, 300, "nccl1"));
-  // Two ranks on one GPU: NCCL refuses them as one host, so each gets its own host id and
-  // talks over sockets (TOOLCHAIN.md).
+// Ranks on one GPU: NCCL refuses them as one host, so each gets its own host id and talks over
+// sockets (TOOLCHAIN.md).
+std::vector<test::RankResult> run_ranks_as_hosts(int n, const std::function<void(int, int)>& body,
+                                                 const std::string& name) {
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("NCCL_SHM_DISABLE", "1", 1);
   setenv("NCCL_NET", "Socket", 1);
-  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+  return test::run_ranks(n, [&](int rank, int world) {
     setenv("NCCL_HOSTID", fmt::format("kiln-test-host-{}", rank).c_str(), 1);
-    check_collectives(rank, world);
-  }, 300, "nccl2"));
+    body(rank, world);
+  }, 300, name);
+}
+
+void use_one_gpu() {
+  setenv("LOCAL_RANK", "0", 1);
+  cuda::set_device(0);
+}
+
+// Two groups one after the other on the same store: the second must not read the first's NCCL
+// id (each group has its own store prefix). In each, ranks exchange tensors with send_recv (one
+// NCCL group call), which separate send and recv calls on both sides could deadlock.
+void check_groups_and_exchange(const std::string& store_path, int rank, int world) {
+  use_one_gpu();
+  auto store = std::make_shared<dist::FileStore>(store_path, world);
+  Device gpu(DeviceType::CUDA, 0);
+  for (int g = 0; g < 2; ++g) {
+    dist::ProcessGroupNCCL pg(store, rank, world, std::chrono::seconds(120));
+    Tensor t = full({1000}, rank + 1.0).to(gpu);
+    pg.allreduce(t, dist::ReduceOp::kSum)->wait();
+    expect(t.cpu().min().item<float>() == world * (world + 1) / 2.0f, "group {}: allreduce", g);
+    if (world < 2) continue;
+    const int peer = 1 - rank;
+    Tensor mine = full({1 << 20}, rank + 1.0).to(gpu), theirs = zeros({1 << 20}).to(gpu);
+    pg.send_recv(mine, peer, theirs, peer)->wait();
+    expect(theirs.cpu().min().item<float>() == peer + 1.0f && theirs.cpu().max().item<float>() == peer + 1.0f,
+           "group {}: send_recv got {}", g, theirs.cpu().min().item<float>());
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Rank 1 never joins: rank 0's non-blocking set-up fails after its 5 s timeout, naming the call.
+void check_missing_peer(const std::string& store_path, int rank, int world) {
+  if (rank == 1) return;
+  use_one_gpu();
+  auto store = std::make_shared<dist::FileStore>(store_path, world);
+  const auto start = std::chrono::steady_clock::now();
+  std::string msg = "no error";
+  try {
+    dist::ProcessGroupNCCL pg(store, rank, world, std::chrono::seconds(5));
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  expect(msg.find("ncclCommInitRankConfig") != std::string::npos, "set-up without a peer: {}", msg);
+  expect(seconds_since(start) < 90, "set-up without a peer took {} s", seconds_since(start));
+}
+
+// Rank 1 dies after joining: rank 0's collective cannot finish, and dropping the group (and the
+// collective's Work) returns after the bounded waits instead of blocking forever.
+void check_dead_peer(const std::string& store_path, int rank, int world) {
+  use_one_gpu();
+  auto store = std::make_shared<dist::FileStore>(store_path, world);
+  auto pg = std::make_unique<dist::ProcessGroupNCCL>(store, rank, world, std::chrono::seconds(5));
+  if (rank == 1) _exit(0);  // no destructors: a peer that vanished
+  const auto start = std::chrono::steady_clock::now();
+  {
+    dist::WorkPtr w = pg->allreduce(full({1 << 20}, 1.0).to(Device(DeviceType::CUDA, 0)), dist::ReduceOp::kSum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  pg.reset();
+  expect(seconds_since(start) < 120, "dropping a group with a dead peer took {} s", seconds_since(start));
+}
+#endif
+
+/// True (after saying why, visibly) when this build or machine cannot run NCCL.
+bool cannot_run_nccl() {
+#ifndef KILN_HAVE_CUDA
+  return skip("this build has no CUDA toolkit");
+#else
+  return gpus_seen_by_a_child() <= 0 && skip("no CUDA device");
+#endif
+}
+
+TEST_CASE("NCCL collectives on one rank and on two ranks of one GPU") {
+  if (cannot_run_nccl()) return;
+#ifdef KILN_HAVE_CUDA
+  test::require_all_ok(test::run_ranks(1, check_collectives, 300, "nccl1"));
+  test::require_all_ok(run_ranks_as_hosts(2, check_collectives, "nccl2"));
+  for (int world : {1, 2}) {
+    const std::string path = test::scratch_dir(fmt::format("nccl_groups{}", world)) + "/store";
+    test::require_all_ok(run_ranks_as_hosts(world, [&](int rank, int w) { check_groups_and_exchange(path, rank, w); },
+                                            fmt::format("nccl_groups_ranks{}", world)));
+  }
+#endif
+}
+
+TEST_CASE("an NCCL peer that never joins or dies fails the group after the timeout, not never") {
+  if (cannot_run_nccl()) return;
+#ifdef KILN_HAVE_CUDA
+  const std::string missing = test::scratch_dir("nccl_missing_peer") + "/store";
+  test::require_all_ok(run_ranks_as_hosts(2, [&](int rank, int world) { check_missing_peer(missing, rank, world); },
+                                          "nccl_missing_peer_ranks"));
+  const std::string dead = test::scratch_dir("nccl_dead_peer") + "/store";
+  test::require_all_ok(run_ranks_as_hosts(2, [&](int rank, int world) { check_dead_peer(dead, rank, world); },
+                                          "nccl_dead_peer_ranks"));
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "distributed/errors.h"
 #include "distributed/rendezvous.h"
 #include "distributed/tcp_store.h"
 #include "tests/distributed/proc_util.h"
@@ -69,6 +70,8 @@ TEST_CASE("wait and get time out with a message naming the keys, the timeout and
   CHECK(contains(msg, "127.0.0.1:" + std::to_string(store.port())));
   CHECK(waited >= 290ms);
   CHECK(waited < 30s);
+  CHECK_THROWS_AS(store.wait({"nope"}, 50ms), TimeoutError);
+  CHECK(contains(msg, "[distributed/tcp_store.cc:"));  // where it was thrown
 
   store.set_timeout(200ms);
   msg = error_of([&] { store.get("never"); });
@@ -152,6 +155,7 @@ TEST_CASE("after losing the server, a client fails at once instead of waiting ou
   srv.reset();
   // "closed the connection" or "Connection reset by peer", depending on timing.
   CHECK(contains(error_of([&] { client.get("k"); }), "store server at 127.0.0.1:"));
+  CHECK_THROWS_AS(client.get("k"), PeerError);
   auto t0 = std::chrono::steady_clock::now();
   std::string msg = error_of([&] { client.set("k", std::string("w")); });
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);

@@ -17,7 +17,7 @@ code=$?
 echo "$out"
 [ "$code" -eq 0 ] || fail "first run exited $code"
 [[ "$out" == *"[rank 0] data parallel: 2 ranks (gloo)"* ]] || fail "no data-parallel banner from rank 0"
-[[ "$out" == *'"world_size": 2'* ]] || fail "the JSON line does not say world_size 2"
+[[ "$out" == *'"world_size":2'* ]] || fail "the JSON line does not say world_size 2"
 [[ "$out" != *"[rank 1] {"* ]] || fail "rank 1 printed a JSON line too"
 [[ "$out" != *"[rank 1] epoch"* ]] || fail "rank 1 logged progress"
 # 3000 images / 2 ranks / batch 128 = 12 steps per rank per epoch.
@@ -32,7 +32,7 @@ echo "$out"
 [ "$code" -eq 0 ] || fail "resumed run exited $code"
 [[ "$out" == *"[rank 0] resumed from $dir/ckpt.safetensors at epoch 1"* ]] || fail "no resume line"
 [[ "$out" == *"[rank 0] epoch 2 done"* ]] || fail "the resumed run did not train epoch 2"
-acc=$(echo "$out" | grep -o '"test_accuracy": [0-9.]*' | tail -1 | awk '{print $2}')
+acc=$(echo "$out" | grep -o '"test_accuracy":[0-9.]*' | tail -1 | cut -d: -f2)
 awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' || fail "test accuracy $acc after 2 epochs on 3000 images (want > 0.6)"
 
 # f16 with loss scaling under DDP: the ranks share the skip decision (an all-reduced found-inf).
@@ -40,7 +40,7 @@ out=$("$launch" --nproc-per-node 2 -- "$mnist" --ddp --model mlp --epochs 1 --li
       --amp f16 2>&1)
 code=$?
 [ "$code" -eq 0 ] || fail "--ddp --amp f16 exited $code: $out"
-[[ "$out" == *'"amp": "f16'* ]] || fail "--ddp --amp f16: the JSON line does not record f16: $out"
+[[ "$out" == *'"amp":"f16'* ]] || fail "--ddp --amp f16: the JSON line does not record f16: $out"
 
 err=$("$mnist" --ddp --epochs 1 2>&1 >/dev/null)
 code=$?

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job's command line: bad flags and a missing data directory give a clear message and
-# a non-zero exit, never a stack trace.
+# The main job's command line: bad flags (garbage numbers, out-of-range values, unknown choices)
+# and a missing data directory give a message naming the flag and the value and a non-zero exit,
+# never a stack trace.
 set -u
 bin="$1"
 failures=0
@@ -22,18 +23,35 @@ expect() {  # expect <exit code> <text in stderr> -- args...
   fi
 }
 
-expect 2 "unknown flag '--bogus'" -- --bogus 1
-expect 2 "--model must be one of mlp|cnn, got 'resnet'" -- --model resnet
-expect 2 "--epochs expects an integer, got 'three'" -- --epochs three
-expect 2 "--epochs must be in [1, 1000], got 0" -- --epochs 0
-expect 2 "--lr expects a number, got 'fast'" -- --lr fast
-expect 2 "flag '--batch-size' needs a value" -- --batch-size
+expect 2 "not expected: 1 --bogus" -- --bogus 1
+expect 2 "--model: must be one of mlp|cnn, got 'resnet'" -- --model resnet
+expect 2 "--epochs: expects an integer, got 'three'" -- --epochs three
+expect 2 "--epochs: must be in [1, 1000], got 0" -- --epochs 0
+expect 2 "--lr: expects a number, got 'fast'" -- --lr fast
+expect 2 "--lr: expects a number, got 'nan'" -- --lr nan
+expect 2 "--batch-size: 1 required" -- --batch-size
+expect 2 "--batch-size: expects an integer, got '12abc'" -- --batch-size 12abc
+expect 2 "--seed: expects an integer, got '0x10'" -- --seed 0x10
+expect 2 "--workers: must be in [0, 64], got 65" -- --workers 65
+expect 2 "--epochs: expects an integer in [1, 1000], got '99999999999999999999'" -- --epochs 99999999999999999999
+expect 2 "--schedule: must be one of cosine|constant, got 'linear'" -- --schedule linear
 expect 2 "--device: Device: unknown device 'tpu'" -- --device tpu
-expect 2 "usage: mnist" -- --optimizer rmsprop
+expect 2 "Run with --help" -- --optimizer rmsprop
 expect 1 "data directory '/nonexistent/dir' does not exist" -- --data-dir /nonexistent/dir
 expect 1 "does not exist" -- --data-dir /nonexistent/dir --resume /nonexistent/ckpt
-expect 2 "--amp must be one of none|f16|bf16, got 'fp8'" -- --amp fp8
-expect 2 "--amp-mode must be one of o1|o2, got 'o3'" -- --amp bf16 --amp-mode o3
+expect 2 "--amp: must be one of none|f16|bf16, got 'fp8'" -- --amp fp8
+expect 2 "--amp-mode: must be one of o1|o2, got 'o3'" -- --amp bf16 --amp-mode o3
 expect 2 "--amp-mode o2 needs --amp f16 or --amp bf16" -- --amp-mode o2
+
+# --help lists every flag once, with its range or choices, and exits 0.
+help=$("$bin" --help 2>&1)
+code=$?
+for want in "--epochs" "--matmul-precision" "--ddp" "mlp|cnn" "in [1, 1000]"; do
+  if [ "$code" -ne 0 ] || [[ "$help" != *"$want"* ]]; then
+    echo "FAIL: mnist --help -> exit $code, no '$want' in: $help"
+    failures=$((failures + 1))
+  fi
+done
+[ "$failures" -gt 0 ] || echo "ok: mnist --help"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,6 +1,7 @@
 // The main job's training loop on a small synthetic MNIST-format data set: the loss falls, the
 // same seed gives bit-identical losses, and --resume continues a run exactly.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -39,10 +40,11 @@ TEST_CASE("the MLP learns the synthetic classes and the JSON line has the promis
   CHECK(r.epochs_done == 2);
   CHECK(r.step_losses.back() < 0.5 * r.step_losses.front());
   CHECK(r.test_accuracy > 0.9);
-  std::string json = examples::result_json(c, r);
-  for (const char* key : {"\"model\"", "\"device\"", "\"epochs\"", "\"train_loss\"", "\"test_accuracy\"",
-                          "\"samples_per_sec\"", "\"wall_seconds\""})
-    CHECK_MESSAGE(json.find(key) != std::string::npos, key);
+  const auto json = nlohmann::json::parse(examples::result_json(c, r));  // one valid JSON object
+  for (const char* key : {"model", "device", "epochs", "train_loss", "test_accuracy", "samples_per_sec", "wall_seconds"})
+    CHECK_MESSAGE(json.contains(key), key);
+  CHECK(json.at("model") == "mlp");
+  CHECK(json.at("test_accuracy").get<double>() == doctest::Approx(r.test_accuracy));
   CHECK(log.str().find("epoch 2 done") != std::string::npos);
 }
 

@@ -137,10 +137,36 @@ TEST_CASE("Embedding looks rows up and keeps the padding row's gradient at zero"
   auto g = emb.weight.grad().to_vector<double>();
   CHECK(g[0] == 0.0);
   CHECK(g[3] == 2.0);  // row 1 used twice
+  // Away from the padding row the gradient is exact (the padding row's is zero by design).
   std::vector<Tensor> ins{emb.weight};
   emb.weight.set_grad(Tensor());
-  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(idx); }, ins);
+  Tensor no_pad = tensor(std::vector<int64_t>{1, 3, 4, 1}, {2, 2});
+  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(no_pad); }, ins);
   CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("Embedding's padding row is looked up as stored, as in PyTorch, and a negative padding_idx counts from the end") {
+  manual_seed(6);
+  nn::Embedding emb(5, 2, /*padding_idx=*/-1);
+  CHECK(emb.padding_idx == 4);
+  CHECK(emb.weight[4].to_vector<float>() == std::vector<float>{0, 0});
+  {
+    NoGradGuard g;
+    emb.weight[4].fill_(3.0);  // e.g. loaded from a checkpoint
+  }
+  Tensor idx = tensor(std::vector<int64_t>{4, 1, 4});
+  Tensor y = emb.forward(idx);
+  CHECK(y[0].to_vector<float>() == std::vector<float>{3, 3});
+  (y * 2.0).sum().backward();
+  CHECK(emb.weight.grad()[4].to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(emb.weight.grad()[1].to_vector<float>() == std::vector<float>{2, 2});
+  // The functional form: same rule, same normalisation, a clear error out of range.
+  Tensor w = randn({5, 2}, kFloat64).set_requires_grad(true);
+  nn::functional::embedding(idx, w, -1).sum().backward();
+  CHECK(w.grad()[4].to_vector<double>() == std::vector<double>{0, 0});
+  CHECK(close(nn::functional::embedding(idx, w, -1), nn::functional::embedding(idx, w, 4)));
+  CHECK_THROWS_WITH(nn::functional::embedding(idx, w, -6), doctest::Contains("padding_idx -6"));
+  CHECK_THROWS_WITH(nn::Embedding(5, 2, 5), doctest::Contains("padding_idx 5"));
 }
 
 TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eval") {
@@ -209,4 +235,54 @@ TEST_CASE("activations and Flatten") {
   CHECK(nn::Flatten().forward(x).sizes() == Shape{2, 6});
   nn::GELU gelu;
   check_module_grads(gelu, input({3, 2}));
+}
+
+TEST_CASE("ConvTranspose2d is the adjoint of Conv2d: its output is conv2d's input gradient") {
+  manual_seed(9);
+  // conv2d: x [1, 3, 7, 7] -> y [1, 4, 4, 4] with stride 2, padding 1 and a 3x2 kernel; the
+  // transpose maps a gradient of y's shape back to x's shape (output_padding 0 for H, 1 for W).
+  Tensor x = randn({1, 3, 7, 7}, kFloat64).set_requires_grad(true);
+  Tensor w = randn({4, 3, 3, 2}, kFloat64);
+  Tensor y = conv2d(x, w, {}, {2, 2}, {1, 1});
+  Tensor g = randn(y.sizes(), kFloat64);
+  y.backward(g);
+  Tensor t = nn::functional::conv_transpose2d(g, w, {}, {2, 2}, {1, 1}, {0, 1});
+  CHECK(t.sizes() == x.sizes());
+  CHECK(close(t, x.grad(), 1e-10));
+  nn::ConvTranspose2d layer(4, 6, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}, .groups = 2});
+  CHECK(layer.weight.sizes() == Shape{4, 3, 3, 3});
+  CHECK(layer.forward(randn({2, 4, 5, 5})).sizes() == Shape{2, 6, 10, 10});
+  CHECK_THROWS_WITH(nn::functional::conv_transpose2d(g, w, {}, {2, 2}, {1, 1}, {2, 0}),
+                    doctest::Contains("output_padding"));
+}
+
+TEST_CASE("Upsample nearest and bilinear against hand-computed values") {
+  Tensor x = tensor(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
+  nn::Upsample near({.scale_factor = {2.0}});
+  CHECK(near.forward(x).to_vector<double>() ==
+        std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  // align_corners=False: output 4 samples at src = (o + 0.5) / 2 - 0.5 -> 0, 0.25, 0.75, 1 (clamped).
+  Tensor row = tensor(std::vector<double>{0, 4}, {1, 1, 1, 2});
+  nn::Upsample bil({.size = {1, 4}, .mode = nn::functional::InterpolateMode::bilinear});
+  CHECK(bil.forward(row).to_vector<double>() == std::vector<double>{0, 1, 3, 4});
+  nn::Upsample corners({.size = {1, 3}, .mode = nn::functional::InterpolateMode::bilinear, .align_corners = true});
+  CHECK(corners.forward(row).to_vector<double>() == std::vector<double>{0, 2, 4});
+  CHECK_THROWS_WITH(nn::functional::interpolate(x, {3, 3}, {2.0}), doctest::Contains("exactly one of size and scale_factor"));
+}
+
+TEST_CASE("GroupNorm, RMSNorm and Conv2d padding=\"same\" as modules") {
+  manual_seed(10);
+  Tensor x = randn({2, 4, 3}, kFloat64) * 3.0 + 1.0;
+  nn::GroupNorm gn(2, 4);
+  gn.to(kFloat64);
+  Tensor y = gn.forward(x).reshape({2, 2, 6});
+  for (double m : y.mean({2}).to_vector<double>()) CHECK(m == doctest::Approx(0.0).epsilon(1e-9));
+  for (double s : y.var({2}, 0).to_vector<double>()) CHECK(s == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK_THROWS_WITH(nn::GroupNorm(3, 4), doctest::Contains("num_channels=4 must be a positive multiple of num_groups=3"));
+  nn::RMSNorm rms({3}, 1e-12);
+  rms.to(kFloat64);
+  Tensor r = rms.forward(x);
+  for (double ms : (r * r).mean({2}).to_vector<double>()) CHECK(ms == doctest::Approx(1.0));
+  nn::Conv2d same(4, 5, {4, 4}, {.padding_mode_str = "same"});
+  CHECK(same.forward(randn({1, 4, 7, 6})).sizes() == Shape{1, 5, 7, 6});
 }

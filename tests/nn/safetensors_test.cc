@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "core/ops.h"
-#include "nn/json.h"
 #include "nn/safetensors.h"
 #include "tests/file_util.h"
 
@@ -46,21 +45,41 @@ std::map<std::string, Tensor> every_dtype() {
 
 }  // namespace
 
-TEST_CASE("json: strict parsing and quoting") {
-  json::Value v = json::parse(R"( {"a": [1, 20, 0], "b": {"c": "x\"\\\u00e9\ud83d\ude00"}, "d": -1.5e3, "e": null} )");
-  REQUIRE(v.is_object());
-  uint64_t n = 0;
-  CHECK((v.find("a")->items[1].as_uint64(n) && n == 20));
-  CHECK(v.find("b")->find("c")->text == "x\"\\\xc3\xa9\xf0\x9f\x98\x80");
-  CHECK_FALSE(v.find("d")->as_uint64(n));
-  for (const char* bad : {"{\"a\":1,}", "{\"a\":1 \"b\":2}", "{\"a\":1,\"a\":2}", "[01]", "{'a':1}", "{\"a\":tru}",
-                          "\"\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\\ud800\"", "{} x", "", "[1,2", "\"abc"}) {
-    CAPTURE(bad);
-    CHECK_FALSE(error_of([&] { json::parse(bad); }).empty());
+TEST_CASE("safetensors headers are strict JSON: duplicate keys, deep nesting and sloppy syntax are refused") {
+  std::string dir = scratch_dir("st_strict");
+  std::string path = dir + "/s.safetensors";
+  auto message = [&](const std::string& header) {
+    write_bytes(path, file_bytes(header, {}));
+    return error_of([&] { load_safetensors(path); });
+  };
+  // Duplicate keys, at the top and inside a tensor and the metadata, name the key.
+  const std::string entry = R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  for (const auto& [header, key] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"a\":" + entry + ",\"a\":" + entry + "}", "\"a\""},
+           {R"({"a":{"dtype":"F32","dtype":"F64","shape":[0],"data_offsets":[0,0]}})", "\"dtype\""},
+           {R"({"__metadata__":{"k":"1","k":"2"}})", "\"k\""}}) {
+    CAPTURE(header);
+    std::string msg = message(header);
+    CHECK_MESSAGE(contains(msg, path), msg);
+    CHECK_MESSAGE(contains(msg, "duplicate key " + key), msg);
   }
-  CHECK(!error_of([&] { json::parse(std::string(100, '[') + std::string(100, ']')); }).empty());
-  std::string tricky = "q\"b\\n\n\x01\xc3\xa9";
-  CHECK(json::parse(json::quote(tricky)).text == tricky);
+  // Nesting beyond 64 levels, however it is spelled.
+  std::string deep = R"({"__metadata__":)" + std::string(70, '[') + std::string(70, ']') + "}";
+  std::string msg = message(deep);
+  CHECK_MESSAGE(contains(msg, "nesting deeper than 64 levels"), msg);
+  CHECK_MESSAGE(contains(msg, path), msg);
+  // 63 levels of metadata nesting parse (and are refused only as non-string metadata).
+  msg = message(R"({"__metadata__":{"k":)" + std::string(62, '[') + std::string(62, ']') + "}}");
+  CHECK_MESSAGE(contains(msg, "expected a string"), msg);
+  // Not JSON, or JSON's sloppier cousins: each refused as invalid JSON, naming the file.
+  for (const char* bad : {R"({"a":1,})", R"({"a":1 "b":2})", R"({"a":[01]})", "{'a':1}", R"({"a":tru})",
+                          "{\"a\":\"\x01\"}", "{\"\xff\":1}", "{\"\xc0\xaf\":1}", R"({"\ud800":1})", R"({"a":NaN})",
+                          R"({} x)", R"({"a":1 /* c */})", R"({"a":[1,2})", R"({"abc)"}) {
+    CAPTURE(bad);
+    msg = message(bad);
+    CHECK_MESSAGE(contains(msg, "not valid JSON"), msg);
+    CHECK_MESSAGE(contains(msg, path), msg);
+  }
 }
 
 TEST_CASE("safetensors round-trips every dtype and the metadata") {

@@ -1,0 +1,30 @@
+// Running a multi-rank benchmark's body: under //distributed:launch (WORLD_SIZE set) this
+// process is one rank and runs it once; otherwise it forks `nproc` local ranks on 127.0.0.1
+// (dist::run_local_ranks) and reports the ranks that failed.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+
+#include "distributed/init.h"
+#include "distributed/local_ranks.h"
+
+namespace kiln::bench {
+
+/// The exit status for main(): 0 when every rank finished, 1 (naming the ranks) otherwise.
+inline int run_on_ranks(int nproc, const std::function<void()>& body, const char* name, double timeout_s = 1200) {
+  if (dist::launched_with_world()) {
+    body();
+    return 0;
+  }
+  auto results = dist::run_local_ranks(nproc, [&](int, int) { body(); }, {.timeout_s = timeout_s});
+  int status = 0;
+  for (size_t r = 0; r < results.size(); ++r)
+    if (results[r].exit_code != 0) {
+      std::fprintf(stderr, "%s: rank %zu failed\n", name, r);
+      status = 1;
+    }
+  return status;
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,362 @@
+// Pipeline parallel: stage construction, the first-step shape negotiation, and the schedule
+// runner. Receives are posted at the start of a step in the order the schedule waits for them
+// (the Gloo backend completes posted receives in posting order), so every transfer can land
+// while the stage computes.
+#include "distributed/pipeline.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops.h"
+#include "distributed/init.h"
+
+namespace kiln::dist {
+namespace {
+
+constexpr int kMaxDims = 8;
+// The header every step starts with: status, negotiate (0: shapes as before), dtype, ndim, dims.
+constexpr int kHeaderLen = 4 + kMaxDims;
+constexpr int kGradTag = 1 << 16;         // + micro-batch; activations use the micro-batch index
+constexpr int kHeaderTag = 1 << 20;
+constexpr int kMessageLen = 768;          // characters of a first-step error shared with all stages
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Restores a module's training flag when the dry run ends, however it ends.
+struct EvalGuard {
+  nn::Module& m;
+  bool was;
+  explicit EvalGuard(nn::Module& mod) : m(mod), was(mod.is_training()) { m.eval(); }
+  ~EvalGuard() { m.train(was); }
+};
+
+Tensor encode_message(const std::string& msg) {
+  Tensor t = zeros({kMessageLen}, kInt32);
+  int32_t* p = t.data_ptr<int32_t>();
+  for (size_t i = 0; i < msg.size() && i + 1 < kMessageLen; ++i) p[i] = static_cast<unsigned char>(msg[i]);
+  return t;
+}
+
+std::string decode_message(const Tensor& t) {
+  std::string s;
+  const int32_t* p = t.data_ptr<int32_t>();
+  for (int i = 0; i < kMessageLen && p[i] != 0; ++i) s.push_back(static_cast<char>(p[i]));
+  return s;
+}
+
+}  // namespace
+
+struct Pipeline::Micro {
+  Tensor input;   // stage 0: the slice of the batch; later stages: the received activation (a leaf)
+  Tensor output;  // what backward starts from: the stage's output, or the scaled loss on the last
+  Tensor grad;    // the received gradient of `output`
+  WorkPtr act_recv, grad_recv;
+};
+
+PipelineGroups pipeline_groups(int stages) {
+  const int world = get_world_size(), rank = get_rank();
+  KILN_CHECK(stages >= 1 && world % stages == 0,
+             "pipeline_groups: a world of {} ranks does not split into replicas of {} stages", world, stages);
+  PipelineGroups g;
+  g.stage = rank % stages;
+  g.replica = rank / stages;
+  // Every rank creates every group, in the same order.
+  for (int r = 0; r < world / stages; ++r) {
+    std::vector<int> ranks;
+    for (int s = 0; s < stages; ++s) ranks.push_back(r * stages + s);
+    if (auto pg = new_group(ranks)) g.pipeline = pg;
+  }
+  for (int s = 0; s < stages; ++s) {
+    std::vector<int> ranks;
+    for (int r = 0; r < world / stages; ++r) ranks.push_back(r * stages + s);
+    if (auto pg = new_group(ranks)) g.data = pg;
+  }
+  return g;
+}
+
+std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages) {
+  const int n = static_cast<int>(layer_params.size());
+  KILN_CHECK(stages >= 1 && stages <= n, "balanced_boundaries: {} stages for {} layers", stages, n);
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
+  // best[k][i]: the smallest possible largest stage when the first i layers form k stages.
+  const int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf) continue;
+        int64_t cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (cost < best[k][i]) {
+          best[k][i] = cost;
+          cut[k][i] = j;
+        }
+      }
+  std::vector<int> b(stages + 1);
+  b[stages] = n;
+  for (int k = stages, i = n; k > 0; --k) i = b[k - 1] = cut[k][i];
+  return b;
+}
+
+Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options)
+    : pg_(std::move(pg)), options_(std::move(options)) {
+  KILN_CHECK(model != nullptr, "Pipeline: the model is null");
+  KILN_CHECK(pg_ != nullptr, "Pipeline: the process group is null");
+  const int n = static_cast<int>(model->size()), p = pg_->size(), s = pg_->rank();
+  KILN_CHECK(options_.micro_batches >= 1, "Pipeline: micro_batches must be at least 1, got {}",
+             options_.micro_batches);
+  KILN_CHECK(p <= n, "Pipeline: {} stages but the model has only {} layers (each stage needs at least one layer)", p,
+             n);
+  if (options_.boundaries.empty()) {
+    std::vector<int64_t> counts;
+    for (size_t i = 0; i < model->size(); ++i) counts.push_back((*model)[i]->num_parameters());
+    boundaries_ = balanced_boundaries(counts, p);
+  } else {
+    boundaries_ = options_.boundaries;
+    bool ok = static_cast<int>(boundaries_.size()) == p + 1 && boundaries_.front() == 0 && boundaries_.back() == n;
+    for (int k = 0; ok && k < p; ++k) ok = boundaries_[k] < boundaries_[k + 1];
+    KILN_CHECK(ok,
+               "Pipeline: boundaries {} do not split {} layers into {} stages (need {} strictly increasing indices "
+               "from 0 to {})",
+               boundaries_, n, p, p + 1, n);
+  }
+  stage_ = std::make_shared<nn::Sequential>();
+  for (int i = boundaries_[s]; i < boundaries_[s + 1]; ++i) stage_->push_back((*model)[i]);
+  stage_->to(options_.device);
+  if (options_.data_parallel_group && options_.data_parallel_group->size() > 1)
+    ddp_ = std::make_unique<DistributedDataParallel>(stage_, options_.data_parallel_group, options_.ddp);
+  const int m = options_.micro_batches;
+  if (m < p && s == 0)
+    fmt::print(stderr,
+               "Pipeline warning: {} micro-batches for {} stages: the bubble, (p-1)/(m+p-1) = {:.0f}% of each step, "
+               "dominates; use at least {} micro-batches (several times more is better)\n",
+               m, p, 100.0 * (p - 1) / (m + p - 1), p);
+}
+
+std::string Pipeline::global_name(const std::string& local) const {
+  size_t dot = local.find('.');
+  int i = std::stoi(local.substr(0, dot));
+  return std::to_string(boundaries_[stage()] + i) + (dot == std::string::npos ? "" : local.substr(dot));
+}
+
+std::string Pipeline::local_name(const std::string& global) const {
+  size_t dot = global.find('.');
+  int i = std::stoi(global.substr(0, dot));
+  if (i < boundaries_[stage()] || i >= boundaries_[stage() + 1]) return "";
+  return std::to_string(i - boundaries_[stage()]) + (dot == std::string::npos ? "" : global.substr(dot));
+}
+
+void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                         const PipelineLoss& loss, std::string err, const Tensor& header) {
+  const int s = stage(), p = num_stages();
+  const std::string who =
+      fmt::format("stage {} (rank {}, layers [{}, {}))", s, get_rank(), boundaries_[s], boundaries_[s + 1]);
+  const Device comm = comm_device();
+  bool upstream_failed = false;
+  Tensor x;
+  if (s == 0) {
+    if (err.empty()) x = inputs[0];
+  } else {
+    const int64_t* v = header.data_ptr<int64_t>();
+    upstream_failed = v[0] != 0;
+    if (!upstream_failed) {
+      in_dtype_ = static_cast<DType>(v[2]);
+      in_shape_ = Shape(v + 4, v + 4 + v[3]);
+      x = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
+    }
+  }
+  Tensor out;
+  if (err.empty() && !upstream_failed) {
+    try {
+      NoGradGuard no_grad;
+      EvalGuard eval(*stage_);
+      out = stage_->forward(x);
+      if (is_last()) {
+        Tensor l = loss(out, targets[0]);
+        KILN_CHECK(l.numel() == 1, "the loss gave {} values, not one (it must reduce over the micro-batch)",
+                   l.shape_str());
+      } else {
+        KILN_CHECK(out.is_floating_point(), "its output is {}, but activations sent between stages must be floating "
+                   "to carry gradients", out.dtype());
+        KILN_CHECK(out.dim() <= kMaxDims, "its output has {} dimensions (at most {})", out.dim(), kMaxDims);
+      }
+    } catch (const std::exception& e) {
+      err = fmt::format("Pipeline: {} cannot run on {} {} {}: {}", who,
+                        s == 0 ? "its first micro-batch" : fmt::format("stage {}'s output", s - 1), x.shape_str(),
+                        x.dtype(), e.what());
+    }
+  }
+  if (s < p - 1) {
+    Tensor h = zeros({kHeaderLen}, kInt64);
+    int64_t* v = h.data_ptr<int64_t>();
+    v[0] = (err.empty() && !upstream_failed) ? 0 : 1;
+    v[1] = 1;
+    if (v[0] == 0) {
+      v[2] = static_cast<int64_t>(out.dtype());
+      v[3] = out.dim();
+      for (int64_t d = 0; d < out.dim(); ++d) v[4 + d] = out.size(d);
+    }
+    pg_->send(h.to(comm), s + 1, kHeaderTag)->wait();
+  }
+  // Every stage learns every failure, so all of them throw rather than wait on a stopped peer.
+  std::vector<Tensor> all;
+  for (int r = 0; r < p; ++r) all.push_back(zeros({kMessageLen}, TensorOptions(kInt32).device(comm)));
+  pg_->allgather(all, encode_message(err).to(comm))->wait();
+  if (!err.empty()) throw Error(err);
+  for (int r = 0; r < p; ++r) {
+    std::string msg = decode_message(all[r].to(kCPU));
+    if (!msg.empty()) fail("Pipeline: {} stops because stage {} failed the first-step check: {}", who, r, msg);
+  }
+  if (s < p - 1) {
+    out_shape_ = out.sizes();
+    out_dtype_ = out.dtype();
+  }
+  if (s == 0) first_input_shape_ = x.sizes();
+  negotiated_ = true;
+}
+
+double Pipeline::train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss) {
+  const auto t0 = Clock::now();
+  const int m = options_.micro_batches, s = stage(), p = num_stages();
+  std::vector<Tensor> inputs, targets;
+  std::string err;
+  auto split = [&](const Tensor& t, const char* what, std::vector<Tensor>& out) {
+    if (!t.defined() || t.dim() == 0) {
+      err = fmt::format("Pipeline: stage {} (rank {}) needs the batch's {} (a tensor with a batch dimension)", s,
+                        get_rank(), what);
+    } else if (t.size(0) % m != 0) {
+      err = fmt::format("Pipeline: the batch's {} {} does not split into {} micro-batches ({} rows; stage {}, rank {})",
+                        what, t.shape_str(), m, t.size(0), s, get_rank());
+    } else {
+      Tensor d = t.to(options_.device);
+      const int64_t rows = t.size(0) / m;
+      for (int j = 0; j < m; ++j) out.push_back(d.narrow(0, j * rows, rows));
+    }
+  };
+  if (is_first()) split(input, "input", inputs);
+  if (is_last() && err.empty()) split(target, "target", targets);
+  // Every step starts with a header down the stages: stage 0 says whether the shapes must be
+  // negotiated again (the first step, a new batch shape, or an error every stage must hear of).
+  bool renegotiate;
+  Tensor header;
+  double header_wait = 0;
+  if (is_first()) {
+    renegotiate = !negotiated_ || !err.empty() || inputs[0].sizes() != first_input_shape_;
+  } else {
+    header = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device()));
+    try {
+      auto t = Clock::now();
+      pg_->recv(header, s - 1, kHeaderTag)->wait();
+      header_wait = since(t);  // idle until the previous stage starts its step
+    } catch (const std::exception& e) {
+      fail("Pipeline: stage {} (rank {}) lost stage {}: receiving the step header failed: {}", s, get_rank(), s - 1,
+           e.what());
+    }
+    header = header.to(kCPU);
+    renegotiate = header.data_ptr<int64_t>()[1] != 0;
+  }
+  if (renegotiate) {
+    negotiate(inputs, targets, loss, err, header);
+  } else if (!err.empty()) {
+    throw Error(err);  // the last stage's targets: the others fail as it leaves, naming it
+  }
+
+  const std::vector<PipelineAction> actions = schedule_actions(options_.schedule, s, p, m);
+  std::vector<Micro> mbs(m);
+  for (const PipelineAction& a : actions) {
+    Micro& mb = mbs[a.micro];
+    if (a.forward && s > 0) {
+      mb.input = empty(in_shape_, dtype(in_dtype_).device(options_.device));
+      mb.act_recv = pg_->recv(mb.input, s - 1, a.micro);
+    }
+    if (!a.forward && s < p - 1) {
+      mb.grad = empty(out_shape_, dtype(out_dtype_).device(options_.device));
+      mb.grad_recv = pg_->recv(mb.grad, s + 1, kGradTag + a.micro);
+    }
+  }
+
+  struct Sent {
+    WorkPtr work;
+    int peer, micro;
+    const char* what;
+  };
+  std::vector<Sent> sends;
+  // Shapes as before: the next stage learns it after this stage's receives are posted.
+  if (!renegotiate && s < p - 1)
+    sends.push_back({pg_->send(zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device())), s + 1, kHeaderTag),
+                     s + 1, 0, "sending the step header"});
+  double wait = header_wait, loss_sum = 0;
+  stats_.live_activations = 0;
+  stats_.peak_activations = 0;
+  // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
+  auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer) {
+    auto t = Clock::now();
+    try {
+      w->wait();
+    } catch (const std::exception& e) {
+      fail("Pipeline: stage {} (rank {}) lost stage {}: {} of micro-batch {} failed: {}", s, get_rank(), peer, what,
+           micro, e.what());
+    }
+    wait += since(t);
+  };
+  for (const PipelineAction& a : actions) {
+    Micro& mb = mbs[a.micro];
+    if (a.forward) {
+      if (s > 0) {
+        wait_for(mb.act_recv, "receiving the activation", a.micro, s - 1);
+        mb.input.set_requires_grad(true);
+      } else {
+        mb.input = inputs[a.micro];
+      }
+      Tensor out;
+      if (ddp_) {
+        auto local = ddp_->no_sync();  // replicas average once, in the step's last backward
+        out = ddp_->forward(mb.input);
+      } else {
+        out = stage_->forward(mb.input);
+      }
+      if (is_last()) {
+        // Each micro-batch's mean loss weighs by its share of the batch: the sum is the batch mean.
+        mb.output = loss(out, targets[a.micro]) * (1.0 / m);
+        loss_sum += mb.output.item<double>();
+      } else {
+        mb.output = out;
+        sends.push_back({pg_->send(out.detach(), s + 1, a.micro), s + 1, a.micro, "sending the activation"});
+      }
+      stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
+    } else {
+      if (ddp_ && &a == &actions.back()) ddp_->prepare_for_backward();
+      if (is_last()) {
+        autograd::backward({mb.output});
+      } else {
+        wait_for(mb.grad_recv, "receiving the gradient", a.micro, s + 1);
+        autograd::backward({mb.output}, {mb.grad});
+      }
+      if (s > 0) {
+        Tensor g = mb.input.grad();
+        if (!g.defined()) g = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
+        sends.push_back({pg_->send(g, s - 1, kGradTag + a.micro), s - 1, a.micro, "sending the gradient"});
+      }
+      mb = Micro{};  // frees this micro-batch's activations
+      --stats_.live_activations;
+    }
+  }
+  for (const Sent& x : sends) wait_for(x.work, x.what, x.micro, x.peer);
+  ++stats_.steps;
+  stats_.wait_seconds = wait;
+  stats_.step_seconds = since(t0);
+  return is_last() ? loss_sum : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,128 @@
+// Pipeline parallel: a Sequential split into consecutive stages, one per rank of a process group.
+// Each step splits the batch into micro-batches that flow forward through the stages and whose
+// activation gradients flow back (asynchronous send/recv, receives posted at the start of the
+// step), under a GPipe or 1F1B schedule. Gradients accumulate over the micro-batches exactly as
+// one backward of the mean loss over the whole batch would give them; the caller then steps its
+// optimizer over this stage's parameters on every rank.
+//
+//   auto pg = dist::init_process_group();
+//   dist::PipelineOptions o;
+//   o.micro_batches = 8;                                   // o.boundaries = {0, 3, 5} to choose
+//   dist::Pipeline pipe(model, pg, o);                     // keeps only this rank's layers
+//   optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1));
+//   auto ce = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+//   opt.zero_grad();
+//   double loss = pipe.train_step(x, y, ce);               // x read on stage 0, y on the last
+//   opt.step();
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "distributed/ddp.h"
+#include "distributed/pipeline_schedule.h"
+#include "distributed/process_group.h"
+#include "nn/sequential.h"
+
+namespace kiln::dist {
+
+struct PipelineOptions {
+  /// Micro-batches per batch; the batch's first dimension must divide by it.
+  int micro_batches = 1;
+  Schedule schedule = Schedule::k1F1B;
+  /// Stage s runs layers [boundaries[s], boundaries[s+1]): p+1 increasing indices from 0 to the
+  /// number of layers. Empty: balanced by parameter count.
+  std::vector<int> boundaries;
+  /// Where this rank's stage lives (inputs and received activations are moved there).
+  Device device = kCPU;
+  /// Hybrid pipeline x data parallel: the ranks holding this same stage in the other replicas
+  /// (see pipeline_groups). The stage is wrapped in DistributedDataParallel over it: gradients
+  /// are averaged across replicas during the step's last backward.
+  std::shared_ptr<ProcessGroup> data_parallel_group;
+  DDPOptions ddp;
+};
+
+/// The loss of one micro-batch's output against its targets, as a mean over its rows.
+using PipelineLoss = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+/// Counters of one rank's stage.
+struct PipelineStats {
+  int live_activations = 0;   // micro-batches whose activations are saved now
+  int peak_activations = 0;   // the most at once during the last step
+  int steps = 0;
+  double step_seconds = 0;    // wall time of the last step
+  double wait_seconds = 0;    // of which blocked on receives
+};
+
+class Pipeline {
+ public:
+  /// Splits `model` (every rank passes the same layer list) into pg.size() stages and keeps this
+  /// rank's layers, moved to options.device; the other layers are not referenced afterwards.
+  /// `pg` joins the stages in order (group rank = stage).
+  /// Throws naming the counts when there are more stages than layers or the boundaries are
+  /// invalid. Warns on stderr (stage 0) when micro_batches < stages.
+  Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options = {});
+
+  /// One batch forward and backward. `input` is read on stage 0 and `target` on the last stage
+  /// (elsewhere they may be undefined). Accumulates into this stage's `.grad`: call zero_grad
+  /// before and the optimizer after, on every rank. Returns the mean loss over the batch on the
+  /// last stage, NaN elsewhere. The first step checks every stage on the first micro-batch's
+  /// shapes (the batch split, each stage's output against the next stage's layers, the loss);
+  /// any failure throws on every rank, naming the stage, its rank and the shapes. A step whose
+  /// batch shape differs from the previous one's (the last, smaller batch of an epoch) checks
+  /// again; other steps only pass a small header down the stages.
+  double train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss);
+
+  /// This rank's stage: its layers, named "0", "1", ... in stage order.
+  nn::Sequential& stage_module() { return *stage_; }
+  std::vector<Tensor> parameters() const { return stage_->parameters(); }
+  int stage() const { return pg_->rank(); }
+  int num_stages() const { return pg_->size(); }
+  bool is_first() const { return stage() == 0; }
+  bool is_last() const { return stage() == num_stages() - 1; }
+  /// The layer range [first, last) of every stage, as p+1 boundaries.
+  const std::vector<int>& boundaries() const { return boundaries_; }
+  /// A stage-local parameter/buffer name ("1.weight") as in the unsplit model ("4.weight").
+  std::string global_name(const std::string& local) const;
+  /// The inverse of global_name; "" when the name belongs to another stage.
+  std::string local_name(const std::string& global) const;
+  const PipelineOptions& options() const { return options_; }
+  ProcessGroup& process_group() { return *pg_; }
+  const PipelineStats& stats() const { return stats_; }
+
+ private:
+  struct Micro;
+  void negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, const PipelineLoss& loss,
+                 std::string err, const Tensor& header);
+  /// Where control messages travel: NCCL moves device tensors only.
+  Device comm_device() const { return pg_->backend() == "nccl" ? options_.device : kCPU; }
+
+  std::shared_ptr<ProcessGroup> pg_;
+  PipelineOptions options_;
+  std::vector<int> boundaries_;
+  std::shared_ptr<nn::Sequential> stage_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // hybrid only
+  bool negotiated_ = false;
+  Shape in_shape_, out_shape_;  // one micro-batch's received input / sent output
+  DType in_dtype_ = kFloat32, out_dtype_ = kFloat32;
+  Shape first_input_shape_;     // stage 0: the micro-batch shape the stages last negotiated
+  PipelineStats stats_;
+};
+
+/// The groups of a hybrid job of world = stages x replicas ranks, rank = replica * stages + stage:
+/// `pipeline` joins the stages of this rank's replica, `data` the ranks holding this rank's stage.
+/// Calls new_group for every group (a collective over the default group).
+struct PipelineGroups {
+  std::shared_ptr<ProcessGroup> pipeline, data;
+  int stage = 0, replica = 0;
+};
+PipelineGroups pipeline_groups(int stages);
+
+/// Balanced stage boundaries: contiguous ranges of at least one layer each that minimise the
+/// largest stage's parameter count. `layer_params[i]` is layer i's parameter count.
+std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages);
+
+}  // namespace kiln::dist
