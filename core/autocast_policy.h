@@ -28,7 +28,7 @@ enum class AutocastClass : int8_t {
 #define KILN_AUTOCAST_POLICY(_)                                                                  \
   _(matmul, lower) _(mm, lower) _(bmm, lower) _(linear, lower) _(conv2d, lower)                  \
   _(exp, fp32) _(log, fp32) _(log1p, fp32) _(expm1, fp32) _(rsqrt, fp32) _(reciprocal, fp32)      \
-  _(pow, fp32)                                                                                    \
+  _(pow, fp32) _(softplus, fp32)                                                                  \
   _(sum, fp32) _(mean, fp32) _(prod, fp32) _(var, fp32) _(std, fp32) _(logsumexp, fp32)           \
   _(softmax, fp32) _(log_softmax, fp32)                                                           \
   _(layer_norm, fp32) _(batch_norm, fp32)                                                         \

@@ -22,7 +22,11 @@ namespace kiln::kernels {
   _(copy_across_devices, void(Tensor& out, const Tensor& src))                                   \
   /* out[i] = start + i * step, out contiguous */                                                \
   _(arange, void(Tensor& out, double start, double step))                                        \
+  /* out = op(x) in x's dtype, which the op's dtypes column allows (core/elementwise_ops.h) */   \
   _(unary, void(const UnaryOp& op, Tensor& out, const Tensor& x))                                \
+  /* grad_x = the row's grad column at (grad_y, saved); one floating dtype, one shape */          \
+  _(unary_backward, void(const UnaryOp& op, Tensor& grad_x, const Tensor& grad_y, const Tensor& saved)) \
+  /* out = kind(a, b) in out's dtype, which the kind's dtypes column allows */                     \
   _(binary, void(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b))                \
   /* out is bool, a and b share a dtype */                                                       \
   _(compare, void(CompareKind kind, Tensor& out, const Tensor& a, const Tensor& b))              \

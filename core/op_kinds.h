@@ -1,32 +1,18 @@
-// Typed parameters of the elementwise and reduction op families (never untyped ints).
+// Typed parameters of the elementwise and reduction op families (never untyped ints). The
+// unary and binary kinds come from the rows of core/elementwise_ops.h.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
-namespace kiln {
+#include "core/elementwise_ops.h"
 
-enum class UnaryKind : int8_t {
-  neg, abs, exp, log, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, gelu, silu, square,
-  sign, log1p, expm1, reciprocal,
-  pow_scalar,  // x ^ a
-  clamp,       // min(max(x, a), b); a = -inf / b = +inf when absent
-};
+namespace kiln {
 
 struct UnaryOp {
   UnaryKind kind;
-  double a = 0;
-  double b = 0;
-};
-
-enum class BinaryKind : int8_t {
-  add, sub, mul, div, pow, maximum, minimum,
-  // fused backward formulas: (grad, saved) -> grad_input
-  relu_backward,     // g * (x > 0)
-  gelu_backward,     // g * gelu'(x)      (exact, erf-based)
-  silu_backward,     // g * silu'(x)
-  sigmoid_backward,  // g * y * (1 - y)   (saved: output y)
-  tanh_backward,     // g * (1 - y^2)     (saved: output y)
+  double a = 0;  ///< the kind's first parameter (KILN_UNARY_OPS names it per row)
+  double b = 0;  ///< the second
 };
 
 enum class CompareKind : int8_t { eq, ne, lt, le, gt, ge };

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -61,12 +62,23 @@ Tensor cos(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
-/// Exact (erf) GELU, PyTorch's default.
-Tensor gelu(const Tensor& x);
+/// GELU: exact (erf-based, approximate = "none", PyTorch's default) or its tanh approximation
+/// (approximate = "tanh", GPT-2's).
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor sign(const Tensor& x);
+/// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (F.softplus).
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+/// x where x > 0, else negative_slope * x (F.leaky_relu).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x where x > 0, else alpha * (exp(x) - 1) (F.elu).
+Tensor elu(const Tensor& x, double alpha = 1);
+/// x clamped to [min_val, max_val]; unlike clamp, its gradient is 0 at both bounds (F.hardtanh).
+Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
+/// x * relu6(x + 3) / 6 (F.hardswish).
+Tensor hardswish(const Tensor& x);
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);
 Tensor pow(const Scalar& base, const Tensor& exponent);
@@ -91,8 +103,11 @@ Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 /// The dtype PyTorch would give `a op b` (dimensioned tensors outrank 0-dim ones).
 DType result_type(const Tensor& a, const Tensor& b);
-/// Low-level: a binary op of any kind, including the fused backward kinds.
+/// Low-level: a binary op of any kind.
 Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b);
+/// Low-level: grad_x of the unary `op` from grad_y and what its row saves (input or output; any
+/// tensor of grad_y's shape for `none`), in one fused pass. Autograd's formula; not differentiable.
+Tensor unary_backward(const UnaryOp& op, const Tensor& grad_y, const Tensor& saved);
 
 Tensor operator-(const Tensor& x);
 Tensor operator+(const Tensor& a, const Tensor& b);

@@ -1,6 +1,7 @@
-// Host side of the CUDA fill/copy/unary/binary/compare/where/arange kernels: checks dtypes as the CPU kernels do,
-// turns Tensors into coalesced geometry (cuda/kernels/launch.h) and launches on the current
-// stream of the output's device. Registered into the same kernel slots as the CPU kernels.
+// Host side of the CUDA fill/copy/unary/binary/compare/where/arange kernels: turns Tensors into
+// coalesced geometry (cuda/kernels/launch.h) and launches on the current stream of the output's
+// device. Registered into the same kernel slots as the CPU kernels, whose documented contract
+// (core/kernels.h: operands validated by core/ops) they trust.
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -9,7 +10,7 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
-#include "cuda/stream.h"
+#include "cuda/launch_util.h"
 
 namespace kiln::cuda {
 namespace {
@@ -17,27 +18,11 @@ namespace {
 using kern::ElementwiseArgs;
 using kern::ScalarType;
 
-static_assert(static_cast<int>(ScalarType::b8) == static_cast<int>(DType::b8) &&
-              static_cast<int>(ScalarType::i32) == static_cast<int>(DType::i32) &&
-              static_cast<int>(ScalarType::i64) == static_cast<int>(DType::i64) &&
-              static_cast<int>(ScalarType::f16) == static_cast<int>(DType::f16) &&
-              static_cast<int>(ScalarType::bf16) == static_cast<int>(DType::bf16) &&
-              static_cast<int>(ScalarType::f32) == static_cast<int>(DType::f32) &&
-              static_cast<int>(ScalarType::f64) == static_cast<int>(DType::f64));
-
-ScalarType scalar_type(DType t) { return static_cast<ScalarType>(t); }
-
 /// The operands' common geometry with size-1 dims dropped and dims merged wherever every operand
 /// walks them as one (a contiguous tensor becomes 1-D), so the offset calculator does little.
 template <int N>
 ElementwiseArgs<N> make_args(const char* op, const std::array<const Tensor*, N>& ts) {
-  const Tensor& out = *ts[0];
-  for (const Tensor* t : ts) {
-    KILN_CHECK(t->device() == out.device(), "{} (cuda): operand on {} but the output is on {}", op, t->device(),
-               out.device());
-    KILN_CHECK(t->sizes() == out.sizes(), "{} (cuda): operand shape {} differs from output shape {}", op,
-               t->sizes(), out.sizes());
-  }
+  const Tensor& out = *ts[0];  // every operand has out's shape and device (core's contract)
   ElementwiseArgs<N> a;
   a.numel = out.numel();
   for (int k = 0; k < N; ++k) a.data[k] = ts[k]->data_ptr();
@@ -72,8 +57,6 @@ ElementwiseArgs<N> make_args(const char* op, const std::array<const Tensor*, N>&
   return a;
 }
 
-CUstream_st* stream_of(const Tensor& out) { return current_stream(out.device().index).raw(); }
-
 void fill_kernel(Tensor& out, const Scalar& value) {
   DeviceGuard g(out.device());
   auto a = make_args<1>("fill", {&out});
@@ -88,45 +71,21 @@ void copy_kernel(Tensor& out, const Tensor& src) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-bool integer_unary(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::neg:
-    case UnaryKind::abs:
-    case UnaryKind::relu:
-    case UnaryKind::square:
-    case UnaryKind::sign:
-    case UnaryKind::pow_scalar:
-    case UnaryKind::clamp: return true;
-    default: return false;
-  }
-}
-
 void unary_kernel(const UnaryOp& op, Tensor& out, const Tensor& x) {
-  KILN_CHECK(out.dtype() == x.dtype(), "unary {}: input dtype {} differs from output dtype {}", kind_name(op.kind),
-             x.dtype(), out.dtype());
-  KILN_CHECK(out.dtype() != kBool, "unary {}: dtype bool is not supported", kind_name(op.kind));
-  KILN_CHECK(is_floating(out.dtype()) || integer_unary(op.kind),
-             "unary {}: not defined for integer dtype {} (promote to a floating dtype first)", kind_name(op.kind),
-             out.dtype());
   DeviceGuard g(out.device());
   auto a = make_args<2>("unary", {&out, &x});
   kern::launch_unary(op, scalar_type(out.dtype()), a, stream_of(out));
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+void unary_backward_kernel(const UnaryOp& op, Tensor& grad_x, const Tensor& grad_y, const Tensor& saved) {
+  DeviceGuard g(grad_x.device());
+  auto a = make_args<3>("unary_backward", {&grad_x, &grad_y, &saved});
+  kern::launch_unary_backward(op, scalar_type(grad_x.dtype()), a, stream_of(grad_x));
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 void binary_kernel(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
-             "binary {}: operand dtypes {} and {} differ from output dtype {}", kind_name(kind), a.dtype(), b.dtype(),
-             out.dtype());
-  const bool arith = kind == BinaryKind::add || kind == BinaryKind::sub || kind == BinaryKind::mul ||
-                     kind == BinaryKind::pow || kind == BinaryKind::maximum || kind == BinaryKind::minimum;
-  if (out.dtype() == kBool)
-    KILN_CHECK(kind == BinaryKind::add || kind == BinaryKind::mul || kind == BinaryKind::maximum ||
-                   kind == BinaryKind::minimum,
-               "binary {}: not defined for bool tensors", kind_name(kind));
-  else if (!is_floating(out.dtype()))
-    KILN_CHECK(arith, "binary {}: not defined for integer dtype {} (promote to a floating dtype first)",
-               kind_name(kind), out.dtype());
   DeviceGuard g(out.device());
   auto args = make_args<3>("binary", {&out, &a, &b});
   kern::launch_binary(kind, scalar_type(out.dtype()), args, stream_of(out));
@@ -134,9 +93,6 @@ void binary_kernel(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& 
 }
 
 void compare_kernel(CompareKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(out.dtype() == kBool, "compare {}: output must be bool, got {}", kind_name(kind), out.dtype());
-  KILN_CHECK(a.dtype() == b.dtype(), "compare {}: operand dtypes {} and {} differ", kind_name(kind), a.dtype(),
-             b.dtype());
   DeviceGuard g(out.device());
   auto args = make_args<3>("compare", {&out, &a, &b});
   kern::launch_compare(kind, scalar_type(a.dtype()), args, stream_of(out));
@@ -144,9 +100,6 @@ void compare_kernel(CompareKind kind, Tensor& out, const Tensor& a, const Tensor
 }
 
 void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(cond.dtype() == kBool, "where: condition must be bool, got {}", cond.dtype());
-  KILN_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
-             "where: operand dtypes {} and {} differ from output dtype {}", a.dtype(), b.dtype(), out.dtype());
   DeviceGuard g(out.device());
   auto args = make_args<4>("where", {&out, &cond, &a, &b});
   kern::launch_where(static_cast<int>(out.element_size()), args, stream_of(out));
@@ -188,6 +141,7 @@ KILN_REGISTER_KERNEL(arange, DeviceType::CUDA, &arange_kernel);
 KILN_REGISTER_KERNEL(fill, DeviceType::CUDA, &fill_kernel);
 KILN_REGISTER_KERNEL(copy, DeviceType::CUDA, &copy_kernel);
 KILN_REGISTER_KERNEL(unary, DeviceType::CUDA, &unary_kernel);
+KILN_REGISTER_KERNEL(unary_backward, DeviceType::CUDA, &unary_backward_kernel);
 KILN_REGISTER_KERNEL(binary, DeviceType::CUDA, &binary_kernel);
 
 }  // namespace kiln::cuda

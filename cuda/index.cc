@@ -5,14 +5,13 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
 
 using kern::ElementwiseArgs;
-
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 /// Walks `shape`: operand 0 `walked`, 1 the index, 2 `other`. `zero0`/`zero2` take the indexed
 /// dim's stride out of operand 0 or 2; a 1-D index (index_select/index_add) advances only along

@@ -9,12 +9,11 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/optim.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
-
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
 
 // Checks `list` (when required or non-empty) matches params tensor for tensor: contiguous, on
 // the same CUDA device, same dtype and shape. Returns its data pointers (empty when it is).

@@ -5,15 +5,13 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
 
 using kern::PoolShape;
-
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 PoolShape shape_of(const Tensor& in, const Tensor& out, const char* op) {
   KILN_CHECK(in.dim() == 4 && out.dim() == 4, "{}: expected 4-D NCHW tensors, got {} and {}", op, in.sizes(),

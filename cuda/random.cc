@@ -6,13 +6,11 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
-
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 void check_out(const Tensor& out, const char* op) {
   KILN_CHECK(out.is_contiguous(), "{}: output must be contiguous (shape {}, strides {})", op, out.sizes(),

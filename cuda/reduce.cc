@@ -9,15 +9,13 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
 
 using kern::ScalarType;
-
-ScalarType scalar_type(DType t) { return static_cast<ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 int64_t wrap(int64_t d, int64_t nd, const char* op) {
   const int64_t n = nd == 0 ? 1 : nd;

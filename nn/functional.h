@@ -13,6 +13,18 @@ namespace kiln::nn::functional {
 /// batchmean (kl_div only): the sum divided by the batch size, the KL divergence's true mean.
 enum class Reduction { none, mean, sum, batchmean };
 
+// ---- activations: core's elementwise ops (core/ops.h, rows of core/elementwise_ops.h), as F::relu etc.
+using kiln::elu;
+using kiln::gelu;
+using kiln::hardswish;
+using kiln::hardtanh;
+using kiln::leaky_relu;
+using kiln::relu;
+using kiln::sigmoid;
+using kiln::silu;
+using kiln::softplus;
+using kiln::tanh;
+
 /// y = x @ weight^T + bias; x [*, in], weight [out, in], bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) while training.

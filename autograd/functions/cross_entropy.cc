@@ -3,7 +3,7 @@
 // cross_entropy_backward kernel, so no [N, C] probabilities are kept between passes.
 #include "autograd/functions/common.h"
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/cross_entropy.h"
 
 namespace kiln::autograd {
 namespace {

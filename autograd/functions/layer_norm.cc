@@ -3,7 +3,7 @@
 // over x viewed as [M, N].
 #include "autograd/functions/common.h"
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/layer_norm.h"
 
 namespace kiln::autograd {
 namespace {

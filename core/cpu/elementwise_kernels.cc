@@ -1,7 +1,8 @@
-// CPU elementwise kernels: unary, binary (with the fused activation-backward kinds), compare and
-// where. 16-bit floats compute in float (opmath_t); integer dtypes get the ops that make sense for
-// them. Contiguous f32/f64 transcendental ops run through Eigen's vectorised array functions, split
-// across threads; everything else goes through map1/map2/map3, whose contiguous paths vectorise.
+// CPU elementwise kernels: unary (forward and backward, the formulas of core/elementwise_ops.h),
+// binary, compare and where. 16-bit floats compute in float (opmath_t); integer dtypes get the
+// kinds whose row allows them (core/ops validated that). Contiguous f32/f64 transcendental ops run
+// through Eigen's vectorised array functions, split across threads; everything else goes through
+// map1/map2/map3, whose contiguous paths vectorise.
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -12,59 +13,25 @@
 #include <type_traits>
 
 #include "core/cpu/loops.h"
-#include "core/int_pow.h"
+#include "core/elementwise_ops.h"
 #include "core/kernels.h"
 
 namespace kiln::cpu {
 namespace {
 
-constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1 / sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 // Transcendental ops cost ~10x a plain add per element, so they are worth splitting sooner.
 constexpr int64_t kTranscendentalGrain = kGrainSize / 8;
 
 template <class T> constexpr bool is_eigen_float_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-// ---- scalar formulas (M is float or double), shared by the strided and 16-bit paths
+// ---- unary: the optional vectorised paths (Eigen array functions), then the generic loops over
+// the registry's scalar formulas (core/elementwise_ops.h)
 
-template <class M> inline M sigmoid_of(M x) { return M(1) / (M(1) + std::exp(-x)); }
-template <class M> inline M gelu_of(M x) { return M(0.5) * x * (M(1) + std::erf(x * M(kInvSqrt2))); }
-/// d/dx [x * Phi(x)] = Phi(x) + x * phi(x).
-template <class M> inline M gelu_grad_of(M x) {
-  M cdf = M(0.5) * (M(1) + std::erf(x * M(kInvSqrt2)));
-  M pdf = std::exp(M(-0.5) * x * x) * M(kInvSqrt2Pi);
-  return cdf + x * pdf;
-}
-template <class M> inline M silu_grad_of(M x) {
-  M s = sigmoid_of(x);
-  return s * (M(1) + x * (M(1) - s));
-}
-
-// ---- unary
-
-/// The kinds worth Eigen's vectorised transcendental functions (plain arithmetic is left to
-/// map1, which the compiler vectorises by itself).
-bool eigen_unary_kind(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::exp:
-    case UnaryKind::log:
-    case UnaryKind::log1p:
-    case UnaryKind::expm1:
-    case UnaryKind::sin:
-    case UnaryKind::cos:
-    case UnaryKind::tanh:
-    case UnaryKind::sqrt:
-    case UnaryKind::rsqrt:
-    case UnaryKind::sigmoid:
-    case UnaryKind::silu:
-    case UnaryKind::gelu: return true;
-    default: return false;
-  }
-}
-
-/// out[0, m) = kind(in[0, m)) for one contiguous span (in may equal out); an eigen_unary_kind.
+/// out[0, m) = kind(in[0, m)) for one contiguous span (in may equal out). False, doing nothing,
+/// for a kind without a vectorised path: plain arithmetic is left to map1, which the compiler
+/// vectorises by itself.
 template <class T>
-void eigen_unary_span(UnaryKind kind, T* out, const T* in, int64_t m) {
+bool eigen_unary_span(UnaryKind kind, T* out, const T* in, int64_t m) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const Arr> v(in, m);
   Eigen::Map<Arr> d(out, m);
@@ -83,16 +50,18 @@ void eigen_unary_span(UnaryKind kind, T* out, const T* in, int64_t m) {
     // below x = -9.
     case UnaryKind::sigmoid: d = (one + (-v).exp()).inverse(); break;
     case UnaryKind::silu: d = v / (one + (-v).exp()); break;
-    case UnaryKind::gelu: d = T(0.5) * v * (one + (v * T(kInvSqrt2)).erf()); break;
-    default: fail("unary {}: no vectorised path", kind_name(kind));
+    case UnaryKind::gelu: d = T(0.5) * v * (one + (v * T(unary_fn::kInvSqrt2)).erf()); break;
+    default: return false;
   }
+  return true;
 }
 
 /// The vectorised path for contiguous operands: f32/f64 straight through Eigen, 16-bit floats
-/// through a float buffer per block. False when `op` is not an eigen_unary_kind.
+/// through a float buffer per block. False when `op` has none.
 template <class T>
 bool unary_eigen(const UnaryOp& op, Tensor& out, const Tensor& x) {
-  if (!eigen_unary_kind(op.kind) || !out.is_contiguous() || !x.is_contiguous()) return false;
+  if (!eigen_unary_span<float>(op.kind, nullptr, nullptr, 0)) return false;  // probe: has a path?
+  if (!out.is_contiguous() || !x.is_contiguous()) return false;
   T* o = static_cast<T*>(out.data_ptr());
   const T* in = static_cast<const T*>(x.data_ptr());
   parallel_for(0, out.numel(), kTranscendentalGrain, [&](int64_t b, int64_t e) {
@@ -112,100 +81,61 @@ bool unary_eigen(const UnaryOp& op, Tensor& out, const Tensor& x) {
   return true;
 }
 
+/// One loop per kind (a switch outside the loop, so each loop body is one formula the compiler
+/// can vectorise). T is the storage type, M the math type; integer T only for `numeric` kinds.
+template <class T, class M>
+void unary_loop(UnaryKind kind, Tensor& out, const Tensor& x, M a, M b) {
+  switch (kind) {
+#define KILN_CPU_UNARY_(NAME, DT, ...)                                                     \
+  case UnaryKind::NAME:                                                                    \
+    if constexpr (std::is_integral_v<M> && KindDTypes::DT != KindDTypes::numeric) break;   \
+    else return map1<T, T>(out, x, [a, b](M v) { return unary_fn::NAME(v, a, b); });
+    KILN_UNARY_OPS(KILN_CPU_UNARY_)
+#undef KILN_CPU_UNARY_
+  }
+  fail("unary {}: not defined for dtype {}", kind_name(kind), out.dtype());
+}
+
 template <class T>
 void unary_floating(const UnaryOp& op, Tensor& out, const Tensor& x) {
   using M = opmath_t<T>;
   if (unary_eigen<T>(op, out, x)) return;
-  const M a = static_cast<M>(op.a), b = static_cast<M>(op.b);
-  switch (op.kind) {
-    case UnaryKind::neg: return map1<T, T>(out, x, [](M v) { return -v; });
-    case UnaryKind::abs: return map1<T, T>(out, x, [](M v) { return std::abs(v); });
-    case UnaryKind::exp: return map1<T, T>(out, x, [](M v) { return std::exp(v); });
-    case UnaryKind::log: return map1<T, T>(out, x, [](M v) { return std::log(v); });
-    case UnaryKind::log1p: return map1<T, T>(out, x, [](M v) { return std::log1p(v); });
-    case UnaryKind::expm1: return map1<T, T>(out, x, [](M v) { return std::expm1(v); });
-    case UnaryKind::sqrt: return map1<T, T>(out, x, [](M v) { return std::sqrt(v); });
-    case UnaryKind::rsqrt: return map1<T, T>(out, x, [](M v) { return M(1) / std::sqrt(v); });
-    case UnaryKind::sin: return map1<T, T>(out, x, [](M v) { return std::sin(v); });
-    case UnaryKind::cos: return map1<T, T>(out, x, [](M v) { return std::cos(v); });
-    case UnaryKind::tanh: return map1<T, T>(out, x, [](M v) { return std::tanh(v); });
-    case UnaryKind::sigmoid: return map1<T, T>(out, x, [](M v) { return sigmoid_of(v); });
-    // `v < 0 ? 0 : v` keeps NaN, as torch.relu does.
-    case UnaryKind::relu: return map1<T, T>(out, x, [](M v) { return v < M(0) ? M(0) : v; });
-    case UnaryKind::gelu: return map1<T, T>(out, x, [](M v) { return gelu_of(v); });
-    case UnaryKind::silu: return map1<T, T>(out, x, [](M v) { return v * sigmoid_of(v); });
-    case UnaryKind::square: return map1<T, T>(out, x, [](M v) { return v * v; });
-    case UnaryKind::reciprocal: return map1<T, T>(out, x, [](M v) { return M(1) / v; });
-    case UnaryKind::sign:
-      return map1<T, T>(out, x, [](M v) { return static_cast<M>((M(0) < v) - (v < M(0))); });
-    case UnaryKind::pow_scalar:
-      // Common exponents skip std::pow (and vectorise).
-      if (op.a == 2) return map1<T, T>(out, x, [](M v) { return v * v; });
-      if (op.a == 3) return map1<T, T>(out, x, [](M v) { return v * v * v; });
-      if (op.a == 1) return map1<T, T>(out, x, [](M v) { return v; });
-      if (op.a == 0.5) return map1<T, T>(out, x, [](M v) { return std::sqrt(v); });
-      if (op.a == -1) return map1<T, T>(out, x, [](M v) { return M(1) / v; });
-      return map1<T, T>(out, x, [a](M v) { return std::pow(v, a); });
-    case UnaryKind::clamp:  // NaN passes through, as in torch.clamp
-      return map1<T, T>(out, x, [a, b](M v) { return v < a ? a : (v > b ? b : v); });
+  if (op.kind == UnaryKind::pow_scalar) {  // common exponents skip std::pow (and vectorise)
+    if (op.a == 2) return map1<T, T>(out, x, [](M v) { return v * v; });
+    if (op.a == 3) return map1<T, T>(out, x, [](M v) { return v * v * v; });
+    if (op.a == 1) return map1<T, T>(out, x, [](M v) { return v; });
+    if (op.a == 0.5) return map1<T, T>(out, x, [](M v) { return std::sqrt(v); });
+    if (op.a == -1) return map1<T, T>(out, x, [](M v) { return M(1) / v; });
+    const M e = static_cast<M>(op.a);
+    return map1<T, T>(out, x, [e](M v) { return std::pow(v, e); });
   }
-  fail("unary: unknown kind {}", static_cast<int>(op.kind));
-}
-
-/// A double bound clamped into I's range (the ±inf of an absent clamp bound included).
-template <class I> I int_bound(double v) {
-  if (v <= static_cast<double>(std::numeric_limits<I>::lowest())) return std::numeric_limits<I>::lowest();
-  if (v >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
-}
-
-template <class T>
-void unary_integral(const UnaryOp& op, Tensor& out, const Tensor& x) {
-  switch (op.kind) {
-    case UnaryKind::neg: return map1<T, T>(out, x, [](T v) { return static_cast<T>(-v); });
-    case UnaryKind::abs: return map1<T, T>(out, x, [](T v) { return v < 0 ? static_cast<T>(-v) : v; });
-    case UnaryKind::relu: return map1<T, T>(out, x, [](T v) { return v < 0 ? T(0) : v; });
-    case UnaryKind::square: return map1<T, T>(out, x, [](T v) { return static_cast<T>(v * v); });
-    case UnaryKind::sign: return map1<T, T>(out, x, [](T v) { return static_cast<T>((T(0) < v) - (v < T(0))); });
-    case UnaryKind::pow_scalar: {
-      const T e = static_cast<T>(op.a);
-      return map1<T, T>(out, x, [e](T v) { return int_pow(v, e); });
-    }
-    case UnaryKind::clamp: {
-      const T lo = int_bound<T>(op.a), hi = int_bound<T>(op.b);
-      return map1<T, T>(out, x, [lo, hi](T v) { return v < lo ? lo : (v > hi ? hi : v); });
-    }
-    default:
-      fail("unary {}: not defined for integer dtype {} (promote to a floating dtype first)",
-           kind_name(op.kind), out.dtype());
-  }
+  unary_loop<T, M>(op.kind, out, x, static_cast<M>(op.a), static_cast<M>(op.b));
 }
 
 void unary_kernel(const UnaryOp& op, Tensor& out, const Tensor& x) {
-  KILN_CHECK(out.dtype() == x.dtype(), "unary {}: input dtype {} differs from output dtype {}",
-             kind_name(op.kind), x.dtype(), out.dtype());
   if (is_floating(out.dtype())) {
     KILN_DISPATCH_FLOATING(out.dtype(), "unary", [&]<class T>() { unary_floating<T>(op, out, x); });
-  } else if (is_integral(out.dtype(), /*include_bool=*/false)) {
-    KILN_DISPATCH_NUMERIC(out.dtype(), "unary", [&]<class T>() {
-      if constexpr (std::is_integral_v<T>) unary_integral<T>(op, out, x);
-    });
   } else {
-    fail("unary {}: dtype {} is not supported", kind_name(op.kind), out.dtype());
+    KILN_DISPATCH_NUMERIC(out.dtype(), "unary", [&]<class T>() {
+      if constexpr (std::is_integral_v<T>) unary_loop<T, T>(op.kind, out, x, int_bound<T>(op.a), int_bound<T>(op.b));
+    });
   }
 }
 
-// ---- binary
+// ---- unary backward: vectorised gelu/silu, then the registry's grad column
 
-/// out[0, m) for the transcendental backward kinds (gelu, silu) on contiguous spans.
+/// out[0, m) for the transcendental backward kinds (gelu, silu) on contiguous spans; false for
+/// the others.
 template <class T>
-void eigen_binary_span(BinaryKind kind, T* out, const T* g, const T* xs, int64_t m) {
+bool eigen_unary_backward_span(UnaryKind kind, T* out, const T* g, const T* xs, int64_t m) {
+  if (kind != UnaryKind::gelu && kind != UnaryKind::silu) return false;
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const Arr> gv(g, m), x(xs, m);
   Eigen::Map<Arr> d(out, m);
   const T one(1);
-  if (kind == BinaryKind::gelu_backward) {
-    d = gv * (T(0.5) * (one + (x * T(kInvSqrt2)).erf()) + x * (T(-0.5) * x.square()).exp() * T(kInvSqrt2Pi));
+  if (kind == UnaryKind::gelu) {
+    d = gv * (T(0.5) * (one + (x * T(unary_fn::kInvSqrt2)).erf()) +
+              x * (T(-0.5) * x.square()).exp() * T(unary_fn::kInvSqrt2Pi));
   } else {
     // The sigmoid is staged in a block buffer so it is computed once per element, whatever
     // out aliases.
@@ -219,19 +149,20 @@ void eigen_binary_span(BinaryKind kind, T* out, const T* g, const T* xs, int64_t
       d.segment(blk, len) = gv.segment(blk, len) * s * (one + xv * (one - s));
     }
   }
+  return true;
 }
 
-/// Vectorised gelu/silu backward for contiguous operands (16-bit floats through float buffers).
+/// Vectorised backward for contiguous operands (16-bit floats through float buffers).
 template <class T>
-bool binary_eigen(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
-  if (kind != BinaryKind::gelu_backward && kind != BinaryKind::silu_backward) return false;
+bool unary_backward_eigen(UnaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
+  if (!eigen_unary_backward_span<float>(kind, nullptr, nullptr, nullptr, 0)) return false;
   if (!out.is_contiguous() || !a.is_contiguous() || !b.is_contiguous()) return false;
   T* o = static_cast<T*>(out.data_ptr());
   const T* g = static_cast<const T*>(a.data_ptr());
   const T* xs = static_cast<const T*>(b.data_ptr());
   parallel_for(0, out.numel(), kTranscendentalGrain, [&](int64_t lo, int64_t hi) {
     if constexpr (is_eigen_float_v<T>) {
-      eigen_binary_span<T>(kind, o + lo, g + lo, xs + lo, hi - lo);
+      eigen_unary_backward_span<T>(kind, o + lo, g + lo, xs + lo, hi - lo);
     } else {
       constexpr int64_t kBlock = 512;
       alignas(64) float gb[kBlock], xb[kBlock], ob[kBlock];
@@ -241,7 +172,7 @@ bool binary_eigen(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b
           gb[j] = static_cast<float>(g[blk + j]);
           xb[j] = static_cast<float>(xs[blk + j]);
         }
-        eigen_binary_span<float>(kind, ob, gb, xb, m);
+        eigen_unary_backward_span<float>(kind, ob, gb, xb, m);
         for (int64_t j = 0; j < m; ++j) o[blk + j] = static_cast<T>(ob[j]);
       }
     }
@@ -249,10 +180,32 @@ bool binary_eigen(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b
   return true;
 }
 
+/// One loop per kind, as unary_loop.
+template <class T>
+void unary_backward_loop(const UnaryOp& op, Tensor& grad_x, const Tensor& grad_y, const Tensor& saved) {
+  using M = opmath_t<T>;
+  if (unary_backward_eigen<T>(op.kind, grad_x, grad_y, saved)) return;
+  const M a = static_cast<M>(op.a), b = static_cast<M>(op.b);
+  switch (op.kind) {
+#define KILN_CPU_UNARY_GRAD_(NAME, ...)                                                         \
+  case UnaryKind::NAME:                                                                         \
+    return map2<T, T, T>(grad_x, grad_y, saved,                                                 \
+                         [a, b](M g, M s) { return unary_fn::grad(UnaryKind::NAME, g, s, a, b); });
+    KILN_UNARY_OPS(KILN_CPU_UNARY_GRAD_)
+#undef KILN_CPU_UNARY_GRAD_
+  }
+}
+
+void unary_backward_kernel(const UnaryOp& op, Tensor& grad_x, const Tensor& grad_y, const Tensor& saved) {
+  KILN_DISPATCH_FLOATING(grad_x.dtype(), "unary_backward",
+                         [&]<class T>() { unary_backward_loop<T>(op, grad_x, grad_y, saved); });
+}
+
+// ---- binary
+
 template <class T>
 void binary_floating(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
   using M = opmath_t<T>;
-  if (binary_eigen<T>(kind, out, a, b)) return;
   switch (kind) {
     case BinaryKind::add: return map2<T, T, T>(out, a, b, [](M x, M y) { return x + y; });
     case BinaryKind::sub: return map2<T, T, T>(out, a, b, [](M x, M y) { return x - y; });
@@ -264,16 +217,6 @@ void binary_floating(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor
       return map2<T, T, T>(out, a, b, [](M x, M y) { return x != x ? x : (x > y ? x : y); });
     case BinaryKind::minimum:
       return map2<T, T, T>(out, a, b, [](M x, M y) { return x != x ? x : (x < y ? x : y); });
-    case BinaryKind::relu_backward:
-      return map2<T, T, T>(out, a, b, [](M g, M x) { return x > M(0) ? g : M(0); });
-    case BinaryKind::gelu_backward:
-      return map2<T, T, T>(out, a, b, [](M g, M x) { return g * gelu_grad_of(x); });
-    case BinaryKind::silu_backward:
-      return map2<T, T, T>(out, a, b, [](M g, M x) { return g * silu_grad_of(x); });
-    case BinaryKind::sigmoid_backward:
-      return map2<T, T, T>(out, a, b, [](M g, M y) { return g * y * (M(1) - y); });
-    case BinaryKind::tanh_backward:
-      return map2<T, T, T>(out, a, b, [](M g, M y) { return g * (M(1) - y * y); });
   }
   fail("binary: unknown kind {}", static_cast<int>(kind));
 }
@@ -304,9 +247,6 @@ void binary_bool(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b)
 }
 
 void binary_kernel(BinaryKind kind, Tensor& out, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
-             "binary {}: operand dtypes {} and {} differ from output dtype {}", kind_name(kind), a.dtype(),
-             b.dtype(), out.dtype());
   const DType dt = out.dtype();
   if (is_floating(dt)) {
     KILN_DISPATCH_FLOATING(dt, "binary", [&]<class T>() { binary_floating<T>(kind, out, a, b); });
@@ -358,6 +298,7 @@ void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor
 }  // namespace
 
 KILN_REGISTER_KERNEL(unary, DeviceType::CPU, &unary_kernel);
+KILN_REGISTER_KERNEL(unary_backward, DeviceType::CPU, &unary_backward_kernel);
 KILN_REGISTER_KERNEL(binary, DeviceType::CPU, &binary_kernel);
 KILN_REGISTER_KERNEL(compare, DeviceType::CPU, &compare_kernel);
 KILN_REGISTER_KERNEL(where, DeviceType::CPU, &where_kernel);

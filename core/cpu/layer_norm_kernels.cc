@@ -9,7 +9,7 @@
 
 #include "core/dense.h"
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/layer_norm.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {

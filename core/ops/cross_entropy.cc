@@ -1,9 +1,9 @@
 // The fused cross_entropy primitive: per-row loss of [N, C] logits against i64 class targets,
 // with ignore_index and label smoothing (torch.nn.functional.cross_entropy with reduction none).
 // Validation and dispatch only; the kernels are in core/cpu/cross_entropy_kernels.cc and
-// cuda/loss.cc, the backward in autograd/functions/cross_entropy.cc.
+// cuda/cross_entropy.cc, the backward in autograd/functions/cross_entropy.cc.
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/cross_entropy.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/autocast.h"
+#include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/ops.h"
@@ -94,23 +95,10 @@ Tensor wrap(const Scalar& s, DType dtype, Device device) {
 
 // ---- forwards of the primitives
 
-bool floating_only(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::neg:
-    case UnaryKind::abs:
-    case UnaryKind::relu:
-    case UnaryKind::square:
-    case UnaryKind::sign:
-    case UnaryKind::pow_scalar:
-    case UnaryKind::clamp: return false;
-    default: return true;
-  }
-}
-
 Tensor unary_forward(const UnaryOp& op, const Tensor& x) {
   DType dt = x.dtype();
   if (!is_floating(dt)) {
-    if (floating_only(op.kind)) dt = kDefaultFloat;  // torch.exp(int tensor) is f32
+    if (kind_dtypes(op.kind) == KindDTypes::floating) dt = kDefaultFloat;  // torch.exp(int tensor) is f32
     else KILN_CHECK(dt != kBool, "{}: not supported for bool tensors (shape {})", kind_name(op.kind), x.sizes());
   }
   Tensor out = make_tensor(x.sizes(), dt, x.device());
@@ -118,24 +106,17 @@ Tensor unary_forward(const UnaryOp& op, const Tensor& x) {
   return out;
 }
 
+/// The dtype a binary kind computes in, from its row's dtypes column.
 DType binary_compute_dtype(BinaryKind kind, const Tensor& a, const Tensor& b) {
-  DType dt = result_type(a, b);
-  switch (kind) {
-    case BinaryKind::add:
-    case BinaryKind::mul:
-    case BinaryKind::maximum:
-    case BinaryKind::minimum: return dt;
-    case BinaryKind::div: return is_floating(dt) ? dt : kDefaultFloat;  // true division
-    case BinaryKind::sub:
-    case BinaryKind::pow:
-      KILN_CHECK(dt != kBool, "{}: not supported for bool tensors (shapes {} and {}); convert them first",
-                 kind_name(kind), a.sizes(), b.sizes());
-      return dt;
-    default:  // the fused backward kinds
-      KILN_CHECK(is_floating(dt), "{}: expects floating tensors, got {} and {}", kind_name(kind), a.dtype(),
-                 b.dtype());
-      return dt;
+  const DType dt = result_type(a, b);
+  switch (kind_dtypes(kind)) {
+    case KindDTypes::any: return dt;
+    case KindDTypes::floating: return is_floating(dt) ? dt : kDefaultFloat;  // true division
+    case KindDTypes::numeric: break;
   }
+  KILN_CHECK(dt != kBool, "{}: not supported for bool tensors (shapes {} and {}); convert them first",
+             kind_name(kind), a.sizes(), b.sizes());
+  return dt;
 }
 
 Tensor binary_forward(BinaryKind kind, const Tensor& a, const Tensor& b) {
@@ -270,6 +251,20 @@ DType result_type(const Tensor& a, const Tensor& b) {
 
 Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b) { return op::binary(kind, a, b); }
 
+Tensor unary_backward(const UnaryOp& op, const Tensor& grad_y, const Tensor& saved) {
+  const std::string_view name = kind_name(op.kind);
+  check_same_device(name, grad_y, saved);
+  KILN_CHECK(grad_y.sizes() == saved.sizes() && grad_y.dtype() == saved.dtype() && is_floating(grad_y.dtype()),
+             "{} backward: expects floating tensors of one shape and dtype, got {} {} and {} {}", name,
+             grad_y.dtype(), grad_y.sizes(), saved.dtype(), saved.sizes());
+  // Not recorded: a backward formula is never itself differentiated (there is no create_graph).
+  KILN_CHECK(!GradMode::is_enabled() || !(grad_y.requires_grad() || saved.requires_grad()),
+             "{}: double backward is not supported", name);
+  Tensor grad_x = make_tensor(grad_y.sizes(), grad_y.dtype(), grad_y.device());
+  kernels::unary_backward[grad_y.device()](op, grad_x, grad_y, saved);
+  return grad_x;
+}
+
 // ---- unary
 
 Tensor neg(const Tensor& x) { return unary(UnaryKind::neg, x); }
@@ -285,13 +280,27 @@ Tensor cos(const Tensor& x) { return unary(UnaryKind::cos, x); }
 Tensor tanh(const Tensor& x) { return unary(UnaryKind::tanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary(UnaryKind::sigmoid, x); }
 Tensor relu(const Tensor& x) { return unary(UnaryKind::relu, x); }
-Tensor gelu(const Tensor& x) { return unary(UnaryKind::gelu, x); }
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  KILN_CHECK(approximate == "none" || approximate == "tanh",
+             "gelu: approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
+  return unary(approximate == "tanh" ? UnaryKind::gelu_tanh : UnaryKind::gelu, x);
+}
 Tensor silu(const Tensor& x) { return unary(UnaryKind::silu, x); }
 Tensor square(const Tensor& x) { return unary(UnaryKind::square, x); }
 Tensor reciprocal(const Tensor& x) {
   return unary(UnaryKind::reciprocal, autocast::cast_input(AutocastOp::reciprocal, x));
 }
 Tensor sign(const Tensor& x) { return unary(UnaryKind::sign, x); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return unary(UnaryKind::softplus, autocast::cast_input(AutocastOp::softplus, x), beta, threshold);
+}
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary(UnaryKind::leaky_relu, x, negative_slope); }
+Tensor elu(const Tensor& x, double alpha) { return unary(UnaryKind::elu, x, alpha); }
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  KILN_CHECK(min_val <= max_val, "hardtanh: min_val {} cannot be greater than max_val {}", min_val, max_val);
+  return unary(UnaryKind::hardtanh, x, min_val, max_val);
+}
+Tensor hardswish(const Tensor& x) { return unary(UnaryKind::hardswish, x); }
 
 Tensor pow(const Tensor& x0, const Scalar& exponent) {
   const Tensor x = autocast::cast_input(AutocastOp::pow, x0);

@@ -3,7 +3,7 @@
 // [M, N] rows for the kernels (core/cpu/layer_norm_kernels.cc, cuda/layer_norm.cc); the backward
 // is in autograd/functions/layer_norm.cc.
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/layer_norm.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 

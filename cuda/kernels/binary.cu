@@ -1,6 +1,6 @@
 // Elementwise binary ops on CUDA (with broadcasting through zero strides), the same formulas as
-// core/cpu/elementwise_kernels.cc, fused activation backward kinds included. Bool: + and max
-// are "or", * and min are "and".
+// core/cpu/elementwise_kernels.cc; the host side passes only the dtypes core allows (the kinds'
+// rows in core/elementwise_ops.h). Bool: + and max are "or", * and min are "and".
 #include <cmath>
 
 #include "core/int_pow.h"
@@ -9,9 +9,6 @@
 
 namespace kiln::cuda::kern {
 namespace {
-
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 template <class T> struct FloatBinaryF {
   using M = opmath_t<T>;
@@ -27,20 +24,6 @@ template <class T> struct FloatBinaryF {
       case BinaryKind::pow: r = pow(x, y); break;
       case BinaryKind::maximum: r = x != x ? x : (x > y ? x : y); break;
       case BinaryKind::minimum: r = x != x ? x : (x < y ? x : y); break;
-      case BinaryKind::relu_backward: r = y > M(0) ? x : M(0); break;
-      case BinaryKind::gelu_backward: {
-        const M cdf = M(0.5) * (M(1) + erf(y * M(kInvSqrt2)));
-        const M pdf = exp(M(-0.5) * y * y) * M(kInvSqrt2Pi);
-        r = x * (cdf + y * pdf);
-        break;
-      }
-      case BinaryKind::silu_backward: {
-        const M s = M(1) / (M(1) + exp(-y));
-        r = x * s * (M(1) + y * (M(1) - s));
-        break;
-      }
-      case BinaryKind::sigmoid_backward: r = x * y * (M(1) - y); break;
-      case BinaryKind::tanh_backward: r = x * (M(1) - y * y); break;
       default: r = x; break;
     }
     return from_math<T>(r);

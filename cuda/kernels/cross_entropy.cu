@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/dtypes.cuh"
-#include "cuda/kernels/loss_norm.h"
+#include "cuda/kernels/cross_entropy.h"
 #include "cuda/kernels/row_reduce.cuh"
 
 namespace kiln::cuda::kern {

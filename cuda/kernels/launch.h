@@ -34,6 +34,8 @@ void launch_fill(ScalarType out, const ElementwiseArgs<1>& a, double dvalue, int
 void launch_copy(ScalarType out, ScalarType src, const ElementwiseArgs<2>& a, CUstream_st* stream);
 /// out = op(x); out and x share `type`.
 void launch_unary(const UnaryOp& op, ScalarType type, const ElementwiseArgs<2>& a, CUstream_st* stream);
+/// Operands out (grad_x), grad_y, saved: grad_x = the row's grad column; one floating `type`.
+void launch_unary_backward(const UnaryOp& op, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
 /// out = kind(a, b); all three share `type`.
 void launch_binary(BinaryKind kind, ScalarType type, const ElementwiseArgs<3>& a, CUstream_st* stream);
 

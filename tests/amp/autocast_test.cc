@@ -52,6 +52,7 @@ std::map<std::string, Runner> runners() {
       {"rsqrt", [](const Make& in) { return rsqrt(in.pos({4, 5}, 1)); }},
       {"reciprocal", [](const Make& in) { return reciprocal(in.pos({4, 5}, 1)); }},
       {"pow", [](const Make& in) { return pow(in.pos({4, 5}, 1), 1.7); }},
+      {"softplus", [](const Make& in) { return softplus(in({4, 5}, 1), 2.0, 1.0); }},
       {"sum", [](const Make& in) { return sum(in({4, 5}, 1), {1}); }},
       {"mean", [](const Make& in) { return mean(in({4, 5}, 1)); }},
       {"prod", [](const Make& in) { return prod(in.pos({4, 5}, 1), {0}); }},

@@ -2,6 +2,10 @@
 // rtol 1e-3), on random inputs, with broadcasting and non-contiguous views.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <functional>
+#include <vector>
+
 #include "autograd/autograd.h"
 #include "core/op_table.h"
 #include "tests/autograd/grad_test_util.h"
@@ -42,6 +46,43 @@ TEST_CASE("unary ops") {
   CHECK_GRAD([](Inputs v) { return pow(v[0], 0.5); }, p);
   CHECK_GRAD([](Inputs v) { return clamp(v[0], -0.5, 0.5); }, x);
   CHECK_GRAD([](Inputs v) { return v[0].t().exp(); }, x);  // through a non-contiguous view
+}
+
+TEST_CASE("activations of the registry, each parameter away from its default") {
+  manual_seed(11);
+  Tensor x = leaf({3, 4}, -3.0, 3.0);
+  CHECK_GRAD([](Inputs v) { return softplus(v[0]); }, x);
+  CHECK_GRAD([](Inputs v) { return softplus(v[0], 2.0, 1.5); }, x);  // both branches of the threshold
+  CHECK_GRAD([](Inputs v) { return leaky_relu(v[0], 0.2); }, x);
+  CHECK_GRAD([](Inputs v) { return elu(v[0], 1.7); }, x);
+  CHECK_GRAD([](Inputs v) { return hardtanh(v[0], -1.5, 2.0); }, x);
+  CHECK_GRAD([](Inputs v) { return hardswish(v[0]); }, x);
+  CHECK_GRAD([](Inputs v) { return gelu(v[0], "tanh"); }, x);
+  CHECK_GRAD([](Inputs v) { return gelu(v[0].t(), "tanh"); }, x);  // non-contiguous
+}
+
+TEST_CASE("gradients exactly at the kinks follow PyTorch 2.x") {
+  // clamp: 1 at x == min and x == max (clamp_backward passes g where min <= x <= max), 0 outside
+  // and for NaN; hardtanh: 0 at both bounds; relu: 0 at 0; leaky_relu: the slope at 0; elu: alpha
+  // at 0; hardswish: 0 below -3, (x / 3 + 0.5) on [-3, 3].
+  auto grad_of = [](const std::function<Tensor(const Tensor&)>& f, std::vector<double> xs) {
+    Tensor x = tensor(xs, {static_cast<int64_t>(xs.size())}, kFloat64).requires_grad_(true);
+    f(x).sum().backward();
+    return x.grad().to_vector<double>();
+  };
+  const double nan = std::nan("");
+  auto g = grad_of([](const Tensor& x) { return clamp(x, -1.0, 2.0); }, {-1.0, 2.0, -1.5, 2.5, 0.0, nan});
+  CHECK(g == std::vector<double>{1, 1, 0, 0, 1, 0});
+  CHECK(grad_of([](const Tensor& x) { return clamp(x, -1.0, std::nullopt); }, {-1.0, -2.0}) ==
+        std::vector<double>{1, 0});
+  CHECK(grad_of([](const Tensor& x) { return clamp(x, std::nullopt, 2.0); }, {2.0, 3.0}) == std::vector<double>{1, 0});
+  CHECK(grad_of([](const Tensor& x) { return hardtanh(x, -1.0, 2.0); }, {-1.0, 2.0, 0.5}) ==
+        std::vector<double>{0, 0, 1});
+  CHECK(grad_of([](const Tensor& x) { return relu(x); }, {0.0}) == std::vector<double>{0});
+  CHECK(grad_of([](const Tensor& x) { return leaky_relu(x, 0.1); }, {0.0})[0] == doctest::Approx(0.1));
+  CHECK(grad_of([](const Tensor& x) { return elu(x, 1.5); }, {0.0})[0] == doctest::Approx(1.5));
+  CHECK(grad_of([](const Tensor& x) { return hardswish(x); }, {-3.0, 3.0, -4.0, 4.0}) ==
+        std::vector<double>{-0.5, 1.5, 0, 1});
 }
 
 TEST_CASE("binary ops with broadcasting") {

@@ -73,6 +73,21 @@ std::vector<UnaryCase> unary_cases() {
       {"pow -0.5", [](const Tensor& x) { return x.pow(-0.5); }, [](double v) { return std::pow(v, -0.5); }, true},
       {"clamp", [](const Tensor& x) { return kiln::clamp(x, -0.5, 1.0); },
        [](double v) { return std::min(std::max(v, -0.5), 1.0); }, false},
+      // The activations of the registry (core/elementwise_ops.h), PyTorch's definitions.
+      {"softplus", [](const Tensor& x) { return kiln::softplus(x); }, [](double v) { return std::log1p(std::exp(v)); },
+       false},
+      {"softplus beta 2 threshold 1", [](const Tensor& x) { return kiln::softplus(x, 2, 1); },
+       [](double v) { return 2 * v > 1 ? v : std::log1p(std::exp(2 * v)) / 2; }, false},
+      {"leaky_relu", [](const Tensor& x) { return kiln::leaky_relu(x, 0.2); },
+       [](double v) { return v > 0 ? v : 0.2 * v; }, false},
+      {"elu", [](const Tensor& x) { return kiln::elu(x, 1.5); },
+       [](double v) { return v > 0 ? v : 1.5 * (std::exp(v) - 1); }, false},
+      {"hardtanh", [](const Tensor& x) { return kiln::hardtanh(x, -0.5, 2); },
+       [](double v) { return std::min(std::max(v, -0.5), 2.0); }, false},
+      {"hardswish", [](const Tensor& x) { return kiln::hardswish(x); },
+       [](double v) { return v * std::min(std::max(v + 3, 0.0), 6.0) / 6; }, false},
+      {"gelu tanh", [](const Tensor& x) { return kiln::gelu(x, "tanh"); },
+       [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }, false},
   };
 }
 
@@ -169,24 +184,6 @@ std::vector<BinaryCase> binary_cases() {
        [](double x, double y) { return std::min(x, y); }, false},
       {"pow", [](const Tensor& a, const Tensor& b) { return kiln::pow(a, b); },
        [](double x, double y) { return std::pow(x, y); }, true},
-      {"relu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::relu_backward, g, x); },
-       [](double g, double x) { return x > 0 ? g : 0.0; }, false},
-      {"gelu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::gelu_backward, g, x); },
-       [](double g, double x) {
-         return g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI));
-       },
-       false},
-      {"silu_backward", [](const Tensor& g, const Tensor& x) { return binary(BinaryKind::silu_backward, g, x); },
-       [](double g, double x) {
-         double s = sigmoid_ref(x);
-         return g * s * (1 + x * (1 - s));
-       },
-       false},
-      {"sigmoid_backward",
-       [](const Tensor& g, const Tensor& y) { return binary(BinaryKind::sigmoid_backward, g, y); },
-       [](double g, double y) { return g * y * (1 - y); }, false},
-      {"tanh_backward", [](const Tensor& g, const Tensor& y) { return binary(BinaryKind::tanh_backward, g, y); },
-       [](double g, double y) { return g * (1 - y * y); }, false},
   };
 }
 
@@ -445,8 +442,9 @@ TEST_CASE("shape and device errors name the op and both operands") {
   }
   CHECK_THROWS_WITH(kiln::where(a > 0, a, b), doctest::Contains("where"));
   CHECK_THROWS_WITH(a < b, doctest::Contains("lt"));
-  CHECK_THROWS_WITH(binary(BinaryKind::relu_backward, tensor(std::vector<int64_t>{1}), tensor(std::vector<int64_t>{1})),
-                    doctest::Contains("relu_backward"));
+  CHECK_THROWS_WITH(unary_backward(UnaryOp{UnaryKind::relu}, tensor(std::vector<int64_t>{1}),
+                                   tensor(std::vector<int64_t>{1})),
+                    doctest::Contains("relu backward"));
 }
 
 TEST_CASE("empty and 0-dim tensors") {
@@ -469,8 +467,8 @@ TEST_CASE("extreme inputs saturate instead of producing NaN") {
     CHECK_ALLCLOSE(kiln::tanh(xd), ref1(xd, [](double v) { return std::tanh(v); }), 1e-2, 1e-6);
     CHECK_ALLCLOSE(kiln::silu(xd), ref1(xd, [](double v) { return v * sigmoid_ref(v); }), 1e-2, 1e-6);
     CHECK_ALLCLOSE(kiln::gelu(xd), ref1(xd, gelu_ref), 1e-2, 1e-6);
-    for (double v : binary(BinaryKind::silu_backward, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
-    for (double v : binary(BinaryKind::gelu_backward, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
+    for (UnaryKind k : {UnaryKind::silu, UnaryKind::gelu, UnaryKind::gelu_tanh, UnaryKind::softplus, UnaryKind::elu})
+      for (double v : unary_backward(UnaryOp{k, 1, 20}, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
   }
   auto l = kiln::log(tensor({0.0, 1.0})).to_vector<float>();
   CHECK(std::isinf(l[0]));

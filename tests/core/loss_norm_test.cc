@@ -3,7 +3,8 @@
 // ignore_index, label smoothing, and errors that name the op and the offending value or shape.
 #include <doctest/doctest.h>
 
-#include "core/loss_norm.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/layer_norm.h"
 #include "core/op_table.h"
 #include "tests/core/test_util.h"
 

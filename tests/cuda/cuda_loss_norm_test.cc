@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/layer_norm.h"
 #include "core/op_table.h"
 #include "core/ops.h"
 #include "cuda/device.h"

@@ -186,6 +186,43 @@ TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eva
   CHECK(drop.forward(x).to_vector<float>() == x.to_vector<float>());
 }
 
+TEST_CASE("parameterised activation modules match F:: and hand-computed values, with gradients") {
+  namespace F = nn::functional;
+  Tensor x = tensor({-4.0, -1.0, 0.5, 3.5}, kFloat64);
+  auto vals = [](const Tensor& t) { return t.to_vector<double>(); };
+  // Softplus(beta=2, threshold=5): x itself where 2x > 5.
+  auto sp = vals(nn::Softplus(2, 5).forward(x));
+  CHECK(sp[0] == doctest::Approx(std::log1p(std::exp(-8.0)) / 2));
+  CHECK(sp[2] == doctest::Approx(std::log1p(std::exp(1.0)) / 2));
+  CHECK(sp[3] == 3.5);
+  CHECK(vals(nn::LeakyReLU(0.2).forward(x)) == std::vector<double>{-0.8, -0.2, 0.5, 3.5});
+  auto elu = vals(nn::ELU(2).forward(x));
+  CHECK(elu[1] == doctest::Approx(2 * (std::exp(-1.0) - 1)));
+  CHECK(elu[3] == 3.5);
+  CHECK(vals(nn::Hardtanh(-2, 1).forward(x)) == std::vector<double>{-2, -1, 0.5, 1});
+  auto hs = vals(nn::Hardswish().forward(x));
+  CHECK(hs[0] == 0.0);
+  CHECK(hs[1] == doctest::Approx(-1.0 * 2 / 6));
+  CHECK(hs[3] == 3.5);
+  const double t = vals(nn::GELU("tanh").forward(tensor({1.0}, kFloat64)))[0];
+  CHECK(t == doctest::Approx(0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * 1.044715))).epsilon(1e-12));
+  CHECK(close(nn::GELU("tanh").forward(x), F::gelu(x, "tanh")));
+  CHECK(close(nn::Softplus().forward(x), F::softplus(x)));
+  CHECK(close(nn::Identity().forward(x), x));
+  CHECK(nn::GELU("tanh").extra_repr() == "approximate='tanh'");
+  CHECK(nn::LeakyReLU(0.2).extra_repr() == "negative_slope=0.2");
+  CHECK_THROWS_WITH(nn::GELU("fast"), doctest::Contains("approximate"));
+  CHECK_THROWS_WITH(nn::Hardtanh(1, -1), doctest::Contains("min_val"));
+  manual_seed(9);
+  nn::Softplus m1(1.5, 2);
+  nn::LeakyReLU m2(0.3);
+  nn::ELU m3(0.7);
+  nn::Hardtanh m4(-0.8, 0.9);
+  nn::Hardswish m5;
+  nn::GELU m6("tanh");
+  for (nn::Module* m : std::vector<nn::Module*>{&m1, &m2, &m3, &m4, &m5, &m6}) check_module_grads(*m, input({3, 4}));
+}
+
 TEST_CASE("activations and Flatten") {
   manual_seed(8);
   Tensor x = randn({2, 3, 2}, kFloat64);

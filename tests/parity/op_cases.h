@@ -40,6 +40,13 @@ inline const std::vector<OpCase>& op_cases() {
        [](In v) { return masked_fill(v[0], ints({1, 0, 0, 1}, {4}) > Scalar(0), 2.0); }},
       {"index_add", {{4, 3}, {3, 3}}, [](In v) { return index_add(v[0], 0, ints({2, 0, 2}), v[1]); }},
       {"embedding", {{5, 3}}, [](In v) { return embedding(v[0], ints({4, 0, 4, 1}, {2, 2})); }},
+      // ---- activations: rows of core/elementwise_ops.h
+      {"softplus", {{3, 5}}, [](In v) { return softplus(v[0], 2.0, 3.0); }, -3, 3},
+      {"leaky_relu", {{3, 5}}, [](In v) { return leaky_relu(v[0], 0.2); }, -3, 3},
+      {"elu", {{3, 5}}, [](In v) { return elu(v[0], 1.5); }, -3, 3},
+      {"hardtanh", {{3, 5}}, [](In v) { return hardtanh(v[0], -1.5, 2.0); }, -3, 3},
+      {"hardswish", {{4, 5}}, [](In v) { return hardswish(v[0]); }, -5, 5},
+      {"gelu tanh", {{3, 5}}, [](In v) { return gelu(v[0], "tanh"); }, -3, 3},
       // ---- sorting and scans
       {"sort values", {{3, 5}}, [](In v) { return std::get<0>(sort(v[0], 1)); }},
       {"sort descending dim 0", {{4, 3}}, [](In v) { return std::get<0>(sort(v[0], 0, true)); }},

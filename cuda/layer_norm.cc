@@ -4,17 +4,15 @@
 // partial sums so the reduction over rows is deterministic and needs no atomics.
 #include "core/dense.h"
 #include "core/kernels.h"
-#include "core/loss_norm.h"
+#include "core/ops/layer_norm.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
-#include "cuda/kernels/loss_norm.h"
+#include "cuda/kernels/layer_norm.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
-
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 

@@ -13,14 +13,12 @@
 #include "core/kernels.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
-#include "cuda/kernels/loss_norm.h"
+#include "cuda/kernels/cross_entropy.h"
+#include "cuda/launch_util.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
 namespace {
-
-kern::ScalarType scalar_type(DType t) { return static_cast<kern::ScalarType>(t); }
-CUstream_st* stream_of(const Tensor& t) { return current_stream(t.device().index).raw(); }
 
 /// The process's error record: pinned, mapped and portable, so every device's kernels write the
 /// same host memory (unified addressing: the host pointer is the device pointer).

@@ -1,6 +1,6 @@
-// The fused cross-entropy and layer-norm primitives' forwards with the statistics their backward
-// reads (core/ops/cross_entropy.cc, core/ops/layer_norm.cc). Not recorded by autograd: the
-// formulas in autograd/functions/ call these and save what they return.
+// The fused layer-norm primitive's forward with the statistics its backward reads
+// (core/ops/layer_norm.cc). Not recorded by autograd: autograd/functions/layer_norm.cc calls it
+// and saves what it returns.
 #pragma once
 
 #include <tuple>
@@ -8,10 +8,6 @@
 #include "core/tensor.h"
 
 namespace kiln {
-
-/// op::cross_entropy's per-row loss [N] and the logsumexp of each row [N] (logits' dtype).
-std::tuple<Tensor, Tensor> cross_entropy_with_lse(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                                  double label_smoothing);
 
 /// op::layer_norm's output (x's shape) with the mean and rstd of each of the M normalized rows
 /// ([M], f32 for f16/bf16 x, else x's dtype).
