@@ -6,8 +6,9 @@
 
 namespace kiln::nn {
 
-Conv2d::Conv2d(int64_t in, int64_t out, const IntList& kernel, Conv2dOptions opts)
+Conv2d::Conv2d(int64_t in, int64_t out, const Size2d& kernel_size, Conv2dOptions opts)
     : Module("Conv2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
+  const IntList& kernel = kernel_size;
   KILN_CHECK(in > 0 && out > 0, "Conv2d: channel counts must be positive, got {} and {}", in, out);
   KILN_CHECK(options.groups > 0 && in % options.groups == 0 && out % options.groups == 0,
              "Conv2d: groups={} must divide in_channels={} and out_channels={}", options.groups, in, out);
@@ -32,11 +33,12 @@ Tensor Conv2d::forward(const Tensor& x) {
 
 std::string Conv2d::extra_repr() const {
   return fmt::format("{}, {}, kernel_size=({}, {}), stride={}, padding={}", in_channels, out_channels, weight.size(2),
-                     weight.size(3), options.stride, options.padding);
+                     weight.size(3), options.stride.list(), options.padding.list());
 }
 
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntList& kernel, ConvTranspose2dOptions opts)
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const Size2d& kernel_size, ConvTranspose2dOptions opts)
     : Module("ConvTranspose2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
+  const IntList& kernel = kernel_size;
   KILN_CHECK(in > 0 && out > 0, "ConvTranspose2d: channel counts must be positive, got {} and {}", in, out);
   KILN_CHECK(options.groups > 0 && in % options.groups == 0 && out % options.groups == 0,
              "ConvTranspose2d: groups={} must divide in_channels={} and out_channels={}", options.groups, in, out);
@@ -60,7 +62,7 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
 
 std::string ConvTranspose2d::extra_repr() const {
   return fmt::format("{}, {}, kernel_size=({}, {}), stride={}, padding={}", in_channels, out_channels, weight.size(2),
-                     weight.size(3), options.stride, options.padding);
+                     weight.size(3), options.stride.list(), options.padding.list());
 }
 
 }  // namespace kiln::nn
