@@ -44,21 +44,19 @@ namespace {
 
 /// A conv-bound CNN with batch norm (batch 256): 1-64-128-256 channels of 3x3 convolutions.
 std::shared_ptr<nn::Sequential> make_wide_cnn() {
-  nn::Conv2dOptions same{.padding = {1, 1}};
-  auto block = [&](int64_t in, int64_t out) -> std::vector<std::shared_ptr<nn::Module>> {
-    return {std::make_shared<nn::Conv2d>(in, out, IntList{3, 3}, same), std::make_shared<nn::BatchNorm2d>(out),
-            std::make_shared<nn::ReLU>()};
-  };
-  std::vector<std::shared_ptr<nn::Module>> layers;
-  for (auto& m : block(1, 64)) layers.push_back(m);
-  for (auto& m : block(64, 128)) layers.push_back(m);
-  layers.push_back(std::make_shared<nn::MaxPool2d>(IntList{2, 2}));
-  for (auto& m : block(128, 256)) layers.push_back(m);
-  layers.push_back(std::make_shared<nn::MaxPool2d>(IntList{2, 2}));
-  layers.push_back(std::make_shared<nn::Flatten>());
-  layers.push_back(std::make_shared<nn::Linear>(256 * 7 * 7, 10));
   auto seq = std::make_shared<nn::Sequential>();
-  for (auto& m : layers) seq->push_back(m);
+  auto block = [&](int64_t in, int64_t out) {
+    seq->push_back(nn::Conv2d(in, out, 3, {.padding = 1}));
+    seq->push_back(nn::BatchNorm2d(out));
+    seq->push_back(nn::ReLU());
+  };
+  block(1, 64);
+  block(64, 128);
+  seq->push_back(nn::MaxPool2d(2));
+  block(128, 256);
+  seq->push_back(nn::MaxPool2d(2));
+  seq->push_back(nn::Flatten());
+  seq->push_back(nn::Linear(256 * 7 * 7, 10));
   return seq;
 }
 

@@ -4,7 +4,7 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/launch.h"
-#include "cuda/stream.h"
+#include "cuda/launch_util.h"
 
 namespace kiln::cuda {
 namespace {
@@ -13,8 +13,8 @@ void argsort_kernel(Tensor& indices, const Tensor& x, bool descending) {
   const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   DeviceGuard g(x.device());
-  kern::launch_argsort(static_cast<kern::ScalarType>(x.dtype()), x.data_ptr(), indices.data_ptr<int64_t>(), rows, n,
-                       descending, current_stream(x.device().index).raw());
+  kern::launch_argsort(scalar_type(x.dtype()), x.data_ptr(), indices.data_ptr<int64_t>(), rows, n, descending,
+                       stream_of(x));
   KILN_CUDA_CHECK_LAUNCH();
 }
 

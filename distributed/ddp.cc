@@ -61,8 +61,9 @@ std::string first_difference(const std::vector<std::string>& mine, const std::ve
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                                                  DDPOptions options)
-    : module_(std::move(module)), pg_(std::move(pg)), options_(options) {
+    : nn::Module("DistributedDataParallel"), module_(std::move(module)), pg_(std::move(pg)), options_(options) {
   KILN_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+  adopt_model_entries();
   KILN_CHECK(pg_ != nullptr, "DistributedDataParallel: the process group is null");
   KILN_CHECK(options.first_bucket_mb > 0 && options.bucket_cap_mb > 0,
              "DistributedDataParallel: bucket sizes must be positive, got first_bucket_mb={} bucket_cap_mb={}",
@@ -84,6 +85,20 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   r.find_unused_parameters = options.find_unused_parameters;
   r.overlap = options.overlap;
   reducer_ = Reducer::create(std::move(names), std::move(params), pg_, r);
+}
+
+void DistributedDataParallel::adopt_model_entries() {
+  // The same tensors and child objects under the same names: traversal, to(), zero_grad() and
+  // the checkpoint functions see exactly the model.
+  for (const auto& [name, p] : module_->named_parameters(/*recurse=*/false))
+    register_parameter(name, p, p.requires_grad());
+  for (const auto& [name, b] : module_->named_buffers(/*recurse=*/false)) register_buffer(name, b);
+  for (const auto& [name, child] : module_->named_children()) add_child(name, child);
+}
+
+void DistributedDataParallel::train(bool on) {
+  nn::Module::train(on);
+  module_->train(on);
 }
 
 void DistributedDataParallel::check_same_model() {

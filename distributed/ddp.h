@@ -9,8 +9,10 @@
 //   loss.backward();                                       // buckets all-reduce while it runs
 //   optimizer.step();
 //
-// Unlike PyTorch's, this wrapper is not itself a Module: `module()` is the model, so checkpoints
-// have the same keys with and without data parallel.
+// The wrapper is a Module, usable wherever the model is (an `nn::Module&` training loop need
+// not know whether data parallel is on), but unlike PyTorch's it adds no "module." prefix: it
+// holds the model's own parameters, buffers and children under the model's names, so its
+// state_dict() is the model's and checkpoints have the same keys with and without it.
 #pragma once
 
 #include <memory>
@@ -35,7 +37,7 @@ struct DDPOptions {
   bool overlap = true;
 };
 
-class DistributedDataParallel {
+class DistributedDataParallel : public nn::Module {
  public:
   /// Checks that every rank holds the same parameter and buffer names, shapes and dtypes (an
   /// error naming the first difference otherwise, on every rank), then copies rank 0's values
@@ -45,8 +47,13 @@ class DistributedDataParallel {
 
   /// Runs the module; when grad mode is on and not inside no_sync(), the next backward
   /// all-reduces the gradients.
-  Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  Tensor forward(const Tensor& input) override;
+  /// Sets the model's mode (its own train() override included).
+  void train(bool on = true) override;
+  /// The model's description: the wrapper is transparent.
+  std::string repr(int indent = 0) const override { return module_->repr(indent); }
+  // The reducer's hooks and no_sync guards refer to this object: it stays where it was built.
+  DistributedDataParallel(DistributedDataParallel&&) = delete;
 
   /// While the guard lives, backward passes only accumulate into `.grad` locally (gradient
   /// accumulation); the first synchronised backward after it reduces the accumulated sum.
@@ -75,6 +82,7 @@ class DistributedDataParallel {
   std::vector<std::vector<std::string>> bucket_names() const { return reducer_->bucket_names(); }
 
  private:
+  void adopt_model_entries();
   void check_same_model();
   void broadcast_state(bool buffers_only);
 

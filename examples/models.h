@@ -9,32 +9,30 @@
 
 namespace kiln::examples {
 
+// Each model is built in braces (layers constructed left to right, so a seed gives the same
+// initial weights as before), then moved into the shared_ptr the trainer and DDP hold.
+
 /// MLP 784-256-256-10 with ReLU.
 inline std::shared_ptr<nn::Sequential> make_mlp() {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(256, 256), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{nn::Flatten(), nn::Linear(784, 256), nn::ReLU(),
+                                                          nn::Linear(256, 256), nn::ReLU(), nn::Linear(256, 10)});
 }
 
 /// CNN: conv3x3(1->32) relu maxpool2, conv3x3(32->64) relu maxpool2, fc 3136->128 relu, fc 128->10.
 inline std::shared_ptr<nn::Sequential> make_cnn() {
-  nn::Conv2dOptions same{.padding = {1, 1}};
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(1, 32, IntList{3, 3}, same), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(IntList{2, 2}), std::make_shared<nn::Conv2d>(32, 64, IntList{3, 3}, same),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(IntList{2, 2}), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(128, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Conv2d(1, 32, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+      nn::Conv2d(32, 64, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10)});
 }
 
 /// The benchmarks' matmul-bound MLP, 784-width-width-width-10 with ReLU (amp_bench: 4096,
 /// ddp_bench: 2048).
 inline std::shared_ptr<nn::Sequential> make_wide_mlp(int64_t width) {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, width), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(width, width), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(width, width), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(width, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{nn::Flatten(), nn::Linear(784, width), nn::ReLU(),
+                                                          nn::Linear(width, width), nn::ReLU(),
+                                                          nn::Linear(width, width), nn::ReLU(),
+                                                          nn::Linear(width, 10)});
 }
 
 inline std::shared_ptr<nn::Sequential> make_model(const std::string& name) {

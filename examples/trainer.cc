@@ -122,6 +122,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
   }
+  // What the loop runs: the model, or the same model under data parallel (same names, same state).
+  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
 
   data::DataLoaderOptions lo{.batch_size = c.batch_size, .shuffle = !pg, .drop_last = false,
                              .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)};
@@ -150,7 +152,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       Tensor loss;
       {
         amp::AutocastGuard autocast = mp.autocast();
-        loss = nn::functional::cross_entropy(ddp ? ddp->forward(x) : model->forward(x), y);
+        loss = nn::functional::cross_entropy(net(x), y);
       }
       opt->zero_grad();
       mp.backward(loss);

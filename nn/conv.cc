@@ -31,10 +31,10 @@ void init_conv_layer(Module& m, Tensor& weight, Tensor& bias, const char* type, 
 
 }  // namespace
 
-Conv2d::Conv2d(int64_t in, int64_t out, const IntList& kernel, Conv2dOptions opts)
+Conv2d::Conv2d(int64_t in, int64_t out, const Size2d& kernel_size, Conv2dOptions opts)
     : Module("Conv2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
   if (!options.padding_mode_str.empty()) parse_conv_padding(options.padding_mode_str, "Conv2d");
-  init_conv_layer(*this, weight, bias, "Conv2d", in, out, options.groups, kernel, options.bias,
+  init_conv_layer(*this, weight, bias, "Conv2d", in, out, options.groups, kernel_size, options.bias,
                   [&](int64_t kh, int64_t kw) { return Shape{out, in / options.groups, kh, kw}; });
 }
 
@@ -47,13 +47,13 @@ Tensor Conv2d::forward(const Tensor& x) {
 
 std::string Conv2d::extra_repr() const {
   return fmt::format("{}, {}, kernel_size=({}, {}), stride={}, padding={}", in_channels, out_channels, weight.size(2),
-                     weight.size(3), options.stride, options.padding);
+                     weight.size(3), options.stride.list(), options.padding.list());
 }
 
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const IntList& kernel, ConvTranspose2dOptions opts)
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, const Size2d& kernel_size, ConvTranspose2dOptions opts)
     : Module("ConvTranspose2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
   // As PyTorch, fan_in comes from dim 1 of this weight (out / groups * kh * kw).
-  init_conv_layer(*this, weight, bias, "ConvTranspose2d", in, out, options.groups, kernel, options.bias,
+  init_conv_layer(*this, weight, bias, "ConvTranspose2d", in, out, options.groups, kernel_size, options.bias,
                   [&](int64_t kh, int64_t kw) { return Shape{in, out / options.groups, kh, kw}; });
 }
 
@@ -64,7 +64,7 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
 
 std::string ConvTranspose2d::extra_repr() const {
   return fmt::format("{}, {}, kernel_size=({}, {}), stride={}, padding={}", in_channels, out_channels, weight.size(2),
-                     weight.size(3), options.stride, options.padding);
+                     weight.size(3), options.stride.list(), options.padding.list());
 }
 
 }  // namespace kiln::nn

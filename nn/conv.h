@@ -1,21 +1,24 @@
-// Conv2d, ConvTranspose2d, Upsample and the 2-D pooling layers over NCHW tensors.
+// Conv2d, ConvTranspose2d, Upsample and the 2-D pooling layers over NCHW tensors. Kernel,
+// stride, padding and dilation are Size2d: `3` or `{3, 5}`.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "core/conv.h"
 #include "nn/functional.h"
 #include "nn/module.h"
+#include "nn/size2d.h"
 
 namespace kiln::nn {
 
 struct Conv2dOptions {
-  IntList stride{1, 1};
-  IntList padding{0, 0};
+  Size2d stride = 1;
+  Size2d padding = 0;
   /// "same" or "valid" (PyTorch's string padding); when set it replaces `padding`.
   std::string padding_mode_str;
-  IntList dilation{1, 1};
+  Size2d dilation = 1;
   int64_t groups = 1;
   bool bias = true;
 };
@@ -23,7 +26,7 @@ struct Conv2dOptions {
 /// PyTorch's default init: kaiming_uniform(a=sqrt(5)) weights, U(+-1/sqrt(fan_in)) bias.
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size, Conv2dOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, const Size2d& kernel_size, Conv2dOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
@@ -33,10 +36,10 @@ class Conv2d : public Module {
 };
 
 struct ConvTranspose2dOptions {
-  IntList stride{1, 1};
-  IntList padding{0, 0};
-  IntList output_padding{0, 0};
-  IntList dilation{1, 1};
+  Size2d stride = 1;
+  Size2d padding = 0;
+  Size2d output_padding = 0;
+  Size2d dilation = 1;
   int64_t groups = 1;
   bool bias = true;
 };
@@ -45,7 +48,7 @@ struct ConvTranspose2dOptions {
 /// output size (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
 class ConvTranspose2d : public Module {
  public:
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const IntList& kernel_size,
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, const Size2d& kernel_size,
                   ConvTranspose2dOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -76,37 +79,44 @@ class Upsample : public Module {
 class MaxPool2d : public Module {
  public:
   /// (dilation comes last here, so that existing positional ceil_mode arguments keep their meaning)
-  explicit MaxPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0}, bool ceil_mode = false,
-                     IntList dilation = {1, 1})
+  explicit MaxPool2d(Size2d kernel, Size2d stride = {}, Size2d padding = 0, bool ceil_mode = false,
+                     Size2d dilation = 1)
       : Module("MaxPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)),
         dilation_(std::move(dilation)), ceil_mode_(ceil_mode) {}
+  /// `({h, w})` alone: without this, the braces could also build a MaxPool2d(h, w) to move from.
+  explicit MaxPool2d(std::initializer_list<int64_t> kernel) : MaxPool2d(Size2d(kernel)) {}
   Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_); }
-  std::string extra_repr() const override { return fmt::format("kernel_size={}, dilation={}", kernel_, dilation_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}, dilation={}", kernel_.list(), dilation_.list()); }
 
  private:
-  IntList kernel_, stride_, padding_, dilation_;
+  Size2d kernel_, stride_, padding_, dilation_;
   bool ceil_mode_;
 };
 
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(IntList kernel, IntList stride = {}, IntList padding = {0, 0})
+  explicit AvgPool2d(Size2d kernel, Size2d stride = {}, Size2d padding = 0)
       : Module("AvgPool2d"), kernel_(std::move(kernel)), stride_(std::move(stride)), padding_(std::move(padding)) {}
+  /// `({h, w})` alone (see MaxPool2d).
+  explicit AvgPool2d(std::initializer_list<int64_t> kernel) : AvgPool2d(Size2d(kernel)) {}
   Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel_, stride_, padding_); }
-  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_); }
+  std::string extra_repr() const override { return fmt::format("kernel_size={}", kernel_.list()); }
 
  private:
-  IntList kernel_, stride_, padding_;
+  Size2d kernel_, stride_, padding_;
 };
 
 class AdaptiveAvgPool2d : public Module {
  public:
-  explicit AdaptiveAvgPool2d(IntList output_size) : Module("AdaptiveAvgPool2d"), size_(std::move(output_size)) {}
+  explicit AdaptiveAvgPool2d(Size2d output_size) : Module("AdaptiveAvgPool2d"), size_(std::move(output_size)) {}
+  /// `({h, w})` alone (see MaxPool2d).
+  explicit AdaptiveAvgPool2d(std::initializer_list<int64_t> output_size)
+      : AdaptiveAvgPool2d(Size2d(output_size)) {}
   Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, size_); }
-  std::string extra_repr() const override { return fmt::format("output_size={}", size_); }
+  std::string extra_repr() const override { return fmt::format("output_size={}", size_.list()); }
 
  private:
-  IntList size_;
+  Size2d size_;
 };
 
 }  // namespace kiln::nn

@@ -1,30 +1,58 @@
 #include "nn/module.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <ostream>
 #include <set>
+#include <typeinfo>
+
+#include <cxxabi.h>
 
 #include "core/grad_mode.h"
 
 namespace kiln::nn {
+namespace {
+
+/// "kiln::nn::Foo<a::B>" -> "Foo<a::B>": the namespaces before the template arguments go.
+std::string unqualified_type_name(const std::type_info& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : type.name();
+  std::free(demangled);
+  const size_t args = name.find('<');
+  const size_t colons = name.rfind("::", args);
+  return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+}  // namespace
+
+const std::string& Module::type_name() const {
+  // Not cached while the dynamic type is still Module (an error raised by a derived constructor).
+  if (type_name_.empty() && typeid(*this) != typeid(Module)) type_name_ = unqualified_type_name(typeid(*this));
+  if (type_name_.empty()) {
+    static const std::string plain = "Module";
+    return plain;
+  }
+  return type_name_;
+}
 
 Tensor Module::forward(const Tensor&) {
-  fail("{}: forward(Tensor) is not defined for this module", type_name_);
+  fail("{}: forward(Tensor) is not defined for this module", type_name());
 }
 
 void Module::check_name(const std::string& name, const char* what) const {
   KILN_CHECK(!name.empty() && name.find('.') == std::string::npos,
-             "{}.register_{}: name '{}' must be non-empty and contain no '.'", type_name_, what, name);
+             "{}.register_{}: name '{}' must be non-empty and contain no '.'", type_name(), what, name);
   auto taken = [&](const auto& v) {
     return std::any_of(v.begin(), v.end(), [&](const auto& p) { return p.first == name; });
   };
   KILN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "{}.register_{}: '{}' is already registered",
-             type_name_, what, name);
+             type_name(), what, name);
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_name(name, "parameter");
-  KILN_CHECK(t.defined(), "{}.register_parameter: '{}' is undefined", type_name_, name);
+  KILN_CHECK(t.defined(), "{}.register_parameter: '{}' is undefined", type_name(), name);
   if (!t.is_leaf()) t = t.detach();
   if (requires_grad) t.set_requires_grad(true);
   params_.emplace_back(name, t);
@@ -39,7 +67,7 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name(name, "module");
-  KILN_CHECK(m != nullptr, "{}.register_module: '{}' is null", type_name_, name);
+  KILN_CHECK(m != nullptr, "{}.register_module: '{}' is null", type_name(), name);
   children_.emplace_back(name, std::move(m));
 }
 
@@ -146,9 +174,9 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   }
   for (const auto& [name, t] : state)
     if (!mine.count(name)) unexpected.push_back(name);
-  KILN_CHECK(mismatched.empty(), "{}.load_state_dict: shape mismatch for {}", type_name_, fmt::join(mismatched, ", "));
+  KILN_CHECK(mismatched.empty(), "{}.load_state_dict: shape mismatch for {}", type_name(), fmt::join(mismatched, ", "));
   KILN_CHECK(!strict || (missing.empty() && unexpected.empty()),
-             "{}.load_state_dict: missing keys [{}], unexpected keys [{}]", type_name_, fmt::join(missing, ", "),
+             "{}.load_state_dict: missing keys [{}], unexpected keys [{}]", type_name(), fmt::join(missing, ", "),
              fmt::join(unexpected, ", "));
   NoGradGuard g;
   for (auto& [name, t] : mine) {
@@ -159,9 +187,9 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
 
 std::string Module::repr(int indent) const {
   std::string extra = extra_repr();
-  if (children_.empty()) return type_name_ + "(" + extra + ")";
+  if (children_.empty()) return type_name() + "(" + extra + ")";
   std::string pad(indent + 2, ' ');
-  std::string s = type_name_ + "(" + (extra.empty() ? "" : extra) + "\n";
+  std::string s = type_name() + "(" + (extra.empty() ? "" : extra) + "\n";
   for (const auto& [name, child] : children_) s += pad + "(" + name + "): " + child->repr(indent + 2) + "\n";
   return s + std::string(indent, ' ') + ")";
 }

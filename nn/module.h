@@ -3,6 +3,7 @@
 // walks them with dotted paths ("features.0.weight").
 #pragma once
 
+#include <concepts>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,17 +20,26 @@ using StateDict = std::map<std::string, Tensor>;
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
-  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  /// With no name, type_name() is the dynamic type's own name ("MyBlock"), so a custom module
+  /// need not repeat it.
+  Module() = default;
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+  /// Movable, so that layers can be built in place and handed to a container by value
+  /// (`Sequential(Linear(4, 8), ReLU())`); a moved-from module is empty.
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = delete;
 
   /// The layer's computation for one input; modules with other signatures define their own.
   virtual Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
 
-  /// The type ("Linear") used in error messages and printing.
-  const std::string& type_name() const { return type_name_; }
+  /// The type ("Linear") used in error messages and printing: the name given to the
+  /// constructor, or else the demangled dynamic type without its namespaces (worked out on
+  /// first use, since during construction the dynamic type is still Module).
+  const std::string& type_name() const;
 
   // ---- registration (names must be unique within a module and contain no '.')
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
@@ -37,6 +47,12 @@ class Module : public std::enable_shared_from_this<Module> {
   template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
+  }
+  /// A module object (`register_module("fc", Linear(4, 3))`), moved into a new shared_ptr.
+  template <class M>
+    requires std::derived_from<M, Module>
+  std::shared_ptr<M> register_module(const std::string& name, M&& m) {
+    return register_module(name, std::make_shared<M>(std::move(m)));
   }
 
   // ---- traversal (depth first, registration order, dotted names)
@@ -80,7 +96,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const;
   void check_name(const std::string& name, const char* what) const;
 
-  std::string type_name_;
+  mutable std::string type_name_;
   bool training_ = true;
   NamedTensors params_;
   NamedTensors buffers_;

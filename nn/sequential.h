@@ -1,11 +1,28 @@
-// Sequential: runs its children in order, named "0", "1", ... as in PyTorch.
+// Sequential: runs its children in order, named "0", "1", ... as in PyTorch. Built from module
+// objects or shared pointers, mixed: `Sequential seq{Linear(4, 8), ReLU(), shared_linear};`.
+// Prefer braces: they construct the layers left to right, so under a fixed seed the initial
+// weights are those of the same layers pushed one by one. In parentheses the compiler may build
+// the arguments in any order (GCC goes right to left), as with libtorch's Sequential.
 #pragma once
 
+#include <concepts>
 #include <initializer_list>
+#include <memory>
+#include <type_traits>
 
 #include "nn/module.h"
 
 namespace kiln::nn {
+
+/// A layer as Sequential takes it: a module object (moved into a new shared_ptr) or a
+/// shared_ptr to one (shared, as PyTorch shares a module put in two containers).
+template <class T>
+concept ModuleLike = std::derived_from<std::remove_cvref_t<T>, Module> && !std::is_lvalue_reference_v<T>;
+template <class T>
+concept ModulePointer = requires(const std::remove_cvref_t<T>& p) {
+  { std::shared_ptr<Module>(p) };
+  requires std::derived_from<typename std::remove_cvref_t<T>::element_type, Module>;
+};
 
 class Sequential : public Module {
  public:
@@ -13,9 +30,23 @@ class Sequential : public Module {
   Sequential(std::initializer_list<std::shared_ptr<Module>> layers) : Module("Sequential") {
     for (const auto& l : layers) push_back(l);
   }
+  /// Module objects by value (`Linear(4, 8)`) and shared_ptrs, in order. A single Sequential
+  /// argument is a move, not nesting: nest one with push_back or beside another layer. With all
+  /// arguments shared_ptrs, braces pick the initializer_list constructor, to the same effect.
+  template <class... Layers>
+    requires(sizeof...(Layers) > 0 && ((ModuleLike<Layers> || ModulePointer<Layers>) && ...))
+  explicit Sequential(Layers&&... layers) : Module("Sequential") {
+    (push_back(std::forward<Layers>(layers)), ...);
+  }
+
   void push_back(std::shared_ptr<Module> layer) {
     layers_.push_back(register_module(std::to_string(layers_.size()), std::move(layer)));
   }
+  template <ModuleLike M>
+  void push_back(M&& layer) {
+    push_back(std::make_shared<std::remove_cvref_t<M>>(std::move(layer)));
+  }
+
   Tensor forward(const Tensor& x) override {
     Tensor h = x;
     for (auto& l : layers_) h = l->forward(h);

@@ -198,6 +198,28 @@ TEST_CASE("DDP's forward gives every rank rank 0's buffers (batch-norm running s
   }, 120, "ddp_buffers"));
 }
 
+TEST_CASE("DDP is a Module with the model's own names: a Module& loop and checkpoints need not know it") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int) {
+    auto pg = dist::init_process_group();
+    manual_seed(5 + rank);
+    auto model = make_model();
+    dist::DistributedDataParallel ddp(model, pg);
+    nn::Module& net = ddp;
+    auto mine = net.state_dict(), theirs = model->state_dict();
+    expect(mine.size() == theirs.size(), "rank {}: {} keys under DDP, {} in the model", rank, mine.size(),
+           theirs.size());
+    for (const auto& [name, t] : theirs)
+      expect(mine.count(name) && mine.at(name).data_ptr() == t.data_ptr(), "rank {}: key '{}' differs", rank, name);
+    expect(net.parameters().size() == model->parameters().size(), "rank {}: parameter counts differ", rank);
+    expect(net.repr() == model->repr(), "rank {}: repr {}", rank, net.repr());
+    Tensor x = randn({3, 12});
+    double d = (net(x) - model->forward(x)).abs().max().item<float>();
+    expect(d == 0, "rank {}: DDP's forward differs from the model's by {}", rank, d);
+    net.eval();
+    expect(!model->is_training() && !(*model)[0]->is_training(), "rank {}: eval() did not reach the model", rank);
+  }, 120, "ddp_module"));
+}
+
 TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on one rank stops all") {
   std::string dir = test::scratch_dir("ddp_ckpt");
   test::require_all_ok(test::run_ranks(2, [dir](int rank, int) {
