@@ -92,11 +92,12 @@ Tensor triu(const Tensor& x, int64_t diagonal) {
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_CHECK(min.defined() || max.defined(), "clamp: at least one of min and max must be given");
   // As torch.clamp: min first, then max (so max wins where min > max); at x == bound the gradient
-  // goes to x; NaN stays NaN.
+  // goes to x; NaN stays NaN and, as in PyTorch's clamp backward, passes no gradient.
   Tensor out = x;
   if (min.defined()) out = where(out < min, min, out);
   if (max.defined()) out = where(out > max, max, out);
-  return out;
+  if (!is_floating(x.dtype())) return out;
+  return where(x != x, x.detach(), out);
 }
 
 Tensor Tensor::flip(const IntList& dims) const { return kiln::flip(*this, dims); }

@@ -2,6 +2,8 @@
 // (finite differences cannot check these, so they are pinned here by hand).
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "autograd/autograd.h"
 
 using namespace kiln;
@@ -12,6 +14,12 @@ TEST_CASE("clamp with tensor bounds: at x == bound the gradient goes to x, none 
   clamp(a, lo, Tensor()).sum().backward();
   CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 1});
   CHECK(lo.grad().to_vector<double>() == std::vector<double>{0, 0});
+  // A NaN input stays NaN and passes no gradient (PyTorch's clamp backward masks it out).
+  Tensor n = tensor({NAN, 0.5}, kFloat64).set_requires_grad(true);
+  Tensor y = clamp(n, tensor({0.0}, kFloat64), tensor({1.0}, kFloat64));
+  CHECK(std::isnan(y.to_vector<double>()[0]));
+  y.sum().backward();
+  CHECK(n.grad().to_vector<double>() == std::vector<double>{0, 1});
 }
 
 TEST_CASE("the 2-norm and 3-norm of a zero vector have gradient 0, not NaN") {
