@@ -80,7 +80,8 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   Shape b = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   KILN_CHECK(b == dst.sizes(), "copy_: source of shape {} cannot be broadcast to destination shape {}",
              src.sizes(), dst.sizes());
-  if (inplace_needs_grad(dst, src)) {
+  // An integer destination cannot carry a gradient (as in PyTorch): its copy is never recorded.
+  if (is_floating(dst.dtype()) && inplace_needs_grad(dst, src)) {
     // d(dst)/d(src) is the identity through the device move, the cast and the broadcast.
     Tensor r = src.to(dst.device());
     if (is_floating(r.dtype()) && is_floating(dst.dtype())) r = r.to(dst.dtype());

@@ -191,6 +191,14 @@ TEST_CASE("copy_ from a leaf, fill_ over a history: the gradient goes to the new
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("copy_ of a tensor that requires grad into an integer tensor records nothing") {
+  Tensor x = test::leaf({3}, 0.0, 5.0);
+  Tensor i = zeros({3}, kInt64);
+  i.copy_(x);
+  CHECK_FALSE(i.requires_grad());
+  CHECK(i.to_vector<int64_t>() == x.detach().to(kInt64).to_vector<int64_t>());
+}
+
 TEST_CASE("in-place writes that autograd cannot follow are refused with a clear error, changing nothing") {
   Tensor leaf = test::leaf({4});
   Tensor before = leaf.detach().clone();
