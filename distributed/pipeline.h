@@ -76,6 +76,13 @@ class Pipeline {
   /// again; other steps only pass a small header down the stages.
   double train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss);
 
+  /// Inference through the stages (evaluation): the whole batch forward without recording and
+  /// without micro-batches; each activation's shape travels ahead of it, so any batch size
+  /// works. `input` is read on stage 0. Returns the last stage's output there, undefined
+  /// elsewhere. Runs the stage as it is: call stage_module().eval() first for eval mode. A stage
+  /// whose forward throws tells the later stages, which throw naming it. Every stage must call it.
+  Tensor forward(const Tensor& input);
+
   /// This rank's stage: its layers, named "0", "1", ... in stage order.
   nn::Sequential& stage_module() { return *stage_; }
   std::vector<Tensor> parameters() const { return stage_->parameters(); }
