@@ -34,7 +34,8 @@ struct PipelineOptions {
   int micro_batches = 1;
   Schedule schedule = Schedule::k1F1B;
   /// Stage s runs layers [boundaries[s], boundaries[s+1]): p+1 increasing indices from 0 to the
-  /// number of layers. Empty: balanced by parameter count.
+  /// number of layers. Empty: balanced by parameter count (dist::time_balanced_boundaries in
+  /// pipeline_balance.h balances by measured forward time).
   std::vector<int> boundaries;
   /// Where this rank's stage lives (inputs and received activations are moved there).
   Device device = kCPU;
@@ -129,7 +130,8 @@ struct PipelineGroups {
 PipelineGroups pipeline_groups(int stages);
 
 /// Balanced stage boundaries: contiguous ranges of at least one layer each that minimise the
-/// largest stage's parameter count. `layer_params[i]` is layer i's parameter count.
+/// largest stage's parameter count. `layer_params[i]` is layer i's parameter count. (By measured
+/// forward time instead: time_balanced_boundaries in pipeline_balance.h.)
 std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages);
 
 }  // namespace kiln::dist
