@@ -66,12 +66,15 @@ std::vector<double> layer_forward_seconds(nn::Sequential& model, const Tensor& s
   return median;
 }
 
-std::vector<int> time_balanced_boundaries(nn::Sequential& model, const Tensor& sample, ProcessGroup& pg, int repeats) {
-  const Device comm = pg.backend() == "nccl" ? sample.device() : kCPU;
+std::vector<int> time_balanced_boundaries(nn::Sequential& model, const Tensor& sample, int stages, ProcessGroup& pg,
+                                          int repeats) {
+  // NCCL moves device tensors: the model's device (ranks other than 0 have no sample).
+  const std::vector<Tensor> params = model.parameters();
+  const Device comm = pg.backend() == "nccl" && !params.empty() ? params[0].device() : kCPU;
   Tensor times = zeros({static_cast<int64_t>(model.size())}, TensorOptions(kFloat64).device(comm));
   if (pg.rank() == 0) times = tensor(layer_forward_seconds(model, sample, repeats)).to(comm);
   pg.broadcast(times, 0)->wait();
-  return balanced_boundaries_by_cost(times.to(kCPU).to_vector<double>(), pg.size());
+  return balanced_boundaries_by_cost(times.to(kCPU).to_vector<double>(), stages);
 }
 
 }  // namespace kiln::dist

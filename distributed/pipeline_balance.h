@@ -21,10 +21,12 @@ std::vector<int> balanced_boundaries_by_cost(const std::vector<double>& layer_co
 /// after one warm-up run.
 std::vector<double> layer_forward_seconds(nn::Sequential& model, const Tensor& sample, int repeats = 5);
 
-/// Boundaries for PipelineOptions::boundaries that equalise the stages' forward time: rank 0 of
-/// `pg` times every layer on `sample` (read there only) and broadcasts the times, so every rank
-/// gets the same split. A collective: every rank of `pg` calls it with the same model.
-std::vector<int> time_balanced_boundaries(nn::Sequential& model, const Tensor& sample, ProcessGroup& pg,
+/// Boundaries for PipelineOptions::boundaries that split the model into `stages` stages of
+/// equal forward time: rank 0 of `pg` times every layer on `sample` (read there only) and
+/// broadcasts the times, so every rank of `pg` gets the same split. In a hybrid job pass the
+/// world group (not a pipeline group), so that every replica splits alike. A collective: every
+/// rank of `pg` calls it with the same model.
+std::vector<int> time_balanced_boundaries(nn::Sequential& model, const Tensor& sample, int stages, ProcessGroup& pg,
                                           int repeats = 5);
 
 }  // namespace kiln::dist

@@ -32,7 +32,7 @@ job runs P stages x (world / P) data-parallel replicas.
 struct Flags {
   examples::TrainConfig c;
   std::string device, matmul_precision = "highest";
-  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr;
+  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
 
   void declare(CLI::App& app) {
     app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}));
@@ -76,6 +76,9 @@ struct Flags {
     pipeline_schedule = app.add_option("--pipeline-schedule", c.pipeline_schedule,
                                        "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
                             ->check(cli::one_of({"gpipe", "1f1b"}));
+    pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
+                                      "pipeline: cut the stages to equal parameter counts or equal measured forward time")
+                           ->check(cli::one_of({"params", "time"}));
   }
 
   /// The checks that involve more than one flag, or the machine; an error message or "".
@@ -94,9 +97,9 @@ struct Flags {
   /// The pipeline flags against each other and the model (the world size is checked at launch).
   std::string check_pipeline() const {
     const int p = c.pipeline_stages, m = c.micro_batches;
-    if (p == 1 && (micro_batches->count() > 0 || pipeline_schedule->count() > 0))
-      return fmt::format("--{} needs --pipeline-stages 2 or more",
-                         micro_batches->count() > 0 ? "micro-batches" : "pipeline-schedule");
+    if (p == 1)
+      for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance})
+        if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
     if (p == 1) return {};
     const int64_t layers = static_cast<int64_t>(examples::make_model(c.model)->size());
     if (p > layers)

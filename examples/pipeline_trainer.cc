@@ -14,6 +14,7 @@
 #include "data/dataloader.h"
 #include "distributed/init.h"
 #include "distributed/pipeline.h"
+#include "distributed/pipeline_balance.h"
 #include "distributed/scaler_sync.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
@@ -100,6 +101,16 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   po.schedule = dist::parse_schedule(c.pipeline_schedule);
   po.device = c.device;
   if (replicas > 1) po.data_parallel_group = groups.data;
+  if (c.pipeline_balance == "time") {
+    // Timed where the stages will run, on one micro-batch; over the world group, so every replica
+    // cuts alike.
+    model->to(c.device);
+    const int64_t rows = std::min(c.batch_size / M, sets.train->size());
+    std::vector<int64_t> first(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) first[static_cast<size_t>(i)] = i;
+    Tensor sample = world->rank() == 0 ? sets.train->get_batch(first).data.to(c.device) : Tensor();
+    po.boundaries = dist::time_balanced_boundaries(*model, sample, P, *world);
+  }
   dist::Pipeline pipe(model, groups.pipeline, po);
   auto opt = make_optimizer(c, pipe.parameters());
   mp.prepare_optimizer(*opt);
@@ -111,8 +122,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   std::ostream quiet(nullptr);
   std::ostream& out = world->rank() == 0 ? log : quiet;
   const auto& b = pipe.boundaries();
-  out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}, layers split at [{}]{}\n", P, world->backend(), M,
-                     c.pipeline_schedule, fmt::join(b, ", "),
+  out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}, layers split at [{}] (by {}){}\n", P,
+                     world->backend(), M, c.pipeline_schedule, fmt::join(b, ", "), c.pipeline_balance,
                      replicas > 1 ? fmt::format(", {} data-parallel replicas", replicas) : "");
 
   // The same order as the one-process job: a shuffled loader, or a replica's DistributedSampler.

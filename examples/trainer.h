@@ -48,6 +48,9 @@ struct TrainConfig {
   /// Micro-batches per batch in the pipeline; `batch_size` must divide by it.
   int micro_batches = 1;
   std::string pipeline_schedule = "1f1b";  // or "gpipe"
+  /// How the stages are cut: "params" (equal parameter counts) or "time" (equal forward time,
+  /// measured on rank 0 on one micro-batch of training images before training).
+  std::string pipeline_balance = "params";
 };
 
 struct TrainResult {

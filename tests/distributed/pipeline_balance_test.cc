@@ -56,7 +56,7 @@ TEST_CASE("time-balanced boundaries: the same on every rank, and unlike the para
     auto pg = dist::init_process_group();
     auto model = slow_tail_model();
     // Only rank 0 times; the others pass no sample and receive its times.
-    std::vector<int> b = dist::time_balanced_boundaries(*model, rank == 0 ? randn({4, 12}) : Tensor(), *pg, 3);
+    std::vector<int> b = dist::time_balanced_boundaries(*model, rank == 0 ? randn({4, 12}) : Tensor(), 2, *pg, 3);
     expect(b == std::vector<int>{0, 5, 6}, "rank {}: time-balanced boundaries [{}], want [0, 5, 6]", rank,
            fmt::join(b, ", "));
     std::vector<int64_t> params;

@@ -2,7 +2,8 @@
 # The main job pipeline-parallel under the launcher (--pipeline-stages): a 2-stage run trains to
 # the one-process run's losses (exactly with one micro-batch; within 1e-6 relative with four,
 # where the gradient is summed over micro-batches in another order), the hybrid 2 stages x 2
-# replicas matches 2-rank data parallel, the CNN runs in 3 stages, and a wrong launch is an error.
+# replicas matches 2-rank data parallel, the CNN runs in 3 stages and cut by time, and a wrong
+# launch is an error.
 set -u
 launch="$1"
 mnist="$2"
@@ -62,6 +63,17 @@ out=$("$launch" --nproc-per-node 3 -- "$mnist" --model cnn --epochs 1 --limit-tr
 code=$?
 [ "$code" -eq 0 ] || fail "cnn in 3 stages exited $code: $out"
 [[ "$out" == *'[rank 0] {"model":"cnn"'*'"pipeline_stages":3'* ]] || fail "cnn in 3 stages: no JSON line: $out"
+# Cut by measured forward time: the convolutions hold few parameters but most of the time, so the
+# first stage ends earlier than the cut by parameters ([0, 7, 10]: convolutions, then the Linears).
+out=$("$launch" --nproc-per-node 2 -- "$mnist" --model cnn --epochs 1 --limit-train 128 --batch-size 64 \
+      --threads 1 --pipeline-stages 2 --micro-batches 2 --pipeline-balance time 2>&1)
+code=$?
+[ "$code" -eq 0 ] || fail "cnn cut by time exited $code: $out"
+split=$(echo "$out" | grep -o 'layers split at \[[0-9, ]*\] (by time)')
+[ -n "$split" ] || fail "cnn cut by time: no banner: $out"
+first_cut=$(echo "$split" | grep -o '\[0, [0-9]*' | cut -d' ' -f2)
+[ -n "$first_cut" ] && [ "$first_cut" -lt 7 ] || fail "cnn cut by time: $split (want the first cut before layer 7)"
+echo "cnn cut by time: $split"
 # 100 images, batches of 32: the last batch of 4 does not split into 8; it is left out, saying so.
 out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 8 --limit-train 100 --batch-size 32 --epochs 1)
 [[ "$out" == *"last batch of 4 images does not split into 8 micro-batches; it is left out"* ]] ||
