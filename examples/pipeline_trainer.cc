@@ -15,6 +15,7 @@
 #include "distributed/init.h"
 #include "distributed/pipeline.h"
 #include "distributed/pipeline_balance.h"
+#include "distributed/pipeline_checkpoint.h"
 #include "distributed/scaler_sync.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
@@ -76,7 +77,6 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(c.ddp ? world_size % P == 0 : world_size == P, "--pipeline-stages {}: {} ranks started; {}", P, world_size,
              c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", P)
                    : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", P));
-  KILN_CHECK(c.save.empty() && c.resume.empty(), "--pipeline-stages: --save and --resume are not supported yet");
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
@@ -121,6 +121,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
 
   std::ostream quiet(nullptr);
   std::ostream& out = world->rank() == 0 ? log : quiet;
+  nn::TrainingState state;
+  if (!c.resume.empty()) {  // every replica reads the first replica's stage files
+    state = dist::load_stage_checkpoint(pipe, c.resume, opt.get());
+    mp.load(state);
+    out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+  }
   const auto& b = pipe.boundaries();
   out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}, layers split at [{}] (by {}){}\n", P,
                      world->backend(), M, c.pipeline_schedule, fmt::join(b, ", "), c.pipeline_balance,
@@ -153,9 +159,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
   const auto start = Clock::now();
   double train_seconds = 0;
-  int64_t samples = 0, step = 0;
-  const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, c.stop_after_epochs) : c.epochs;
-  for (int64_t epoch = 0; epoch < last_epoch; ++epoch) {
+  int64_t samples = 0;
+  const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, state.epoch + c.stop_after_epochs) : c.epochs;
+  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     loader.set_epoch(epoch);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
     for (data::Example& batch : loader) {
@@ -166,10 +172,10 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
         l = pipe.train_step(pipe.is_first() ? batch.data : Tensor(), pipe.is_last() ? batch.target : Tensor(), ce);
       }
       l /= mp.scaler().scale();  // NaN except on the last stage
-      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(step, c.lr) : c.lr);
+      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
       mp.step(*opt);
       if (pipe.is_last()) r.step_losses.push_back(l);
-      ++step;
+      ++state.step;
       // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
       progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0,
                     [&](double v) { return from_last_stage(*groups.pipeline, comm, {v})[0]; });
@@ -187,6 +193,13 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
         evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr, comm);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
+    if (!c.save.empty()) {
+      state.epoch = epoch + 1;
+      state.rng = default_generator().state();
+      mp.save(state);
+      // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
+      if (groups.replica == 0) dist::save_stage_checkpoint(pipe, c.save, opt.get(), state);
+    }
   }
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;

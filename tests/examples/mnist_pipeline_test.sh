@@ -2,8 +2,8 @@
 # The main job pipeline-parallel under the launcher (--pipeline-stages): a 2-stage run trains to
 # the one-process run's losses (exactly with one micro-batch; within 1e-6 relative with four,
 # where the gradient is summed over micro-batches in another order), the hybrid 2 stages x 2
-# replicas matches 2-rank data parallel, the CNN runs in 3 stages and cut by time, and a wrong
-# launch is an error.
+# replicas matches 2-rank data parallel, --save/--resume continue exactly, the CNN runs in 3
+# stages and cut by time, and a wrong launch is an error.
 set -u
 launch="$1"
 mnist="$2"
@@ -39,6 +39,23 @@ for spec in "1 gpipe 0" "4 1f1b 1e-6" "4 gpipe 1e-6"; do
     close "$(field "$json" $key)" "$(field "$ref" $key)" "$tol" ||
       fail "m=$m $sched: $key $(field "$json" $key) vs one process $(field "$ref" $key) (tolerance $tol)"
   done
+done
+
+# --save writes one file per stage after each epoch; a run resumed from them ends where the
+# uninterrupted run does (the optimizer's momentum is in the files too).
+dir="${TEST_TMPDIR:-/tmp}/mnist_pipeline"
+rm -rf "$dir" && mkdir -p "$dir"
+whole=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 | grep '\[rank 0\] {' | tail -1)
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/run.safetensors" --stop-after-epochs 1)
+[ $? -eq 0 ] || fail "--save run failed: $out"
+for s in 0 1; do [ -f "$dir/run.stage$s-of-2.safetensors" ] || fail "no checkpoint of stage $s: $(ls "$dir")"; done
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --resume "$dir/run.safetensors")
+[[ "$out" == *"[rank 0] resumed from $dir/run.safetensors at epoch 1"* ]] || fail "no resume line: $out"
+resumed=$(echo "$out" | grep '\[rank 0\] {' | tail -1)
+echo "resumed: $resumed"
+for key in train_loss test_loss; do
+  close "$(field "$resumed" $key)" "$(field "$whole" $key)" 0 ||
+    fail "resumed: $key $(field "$resumed" $key) vs uninterrupted $(field "$whole" $key)"
 done
 
 # Hybrid: 2 stages x 2 replicas trains as 2-rank data parallel (the same shards; the replicas'
