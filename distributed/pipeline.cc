@@ -83,32 +83,6 @@ PipelineGroups pipeline_groups(int stages) {
   return g;
 }
 
-std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages) {
-  const int n = static_cast<int>(layer_params.size());
-  KILN_CHECK(stages >= 1 && stages <= n, "balanced_boundaries: {} stages for {} layers", stages, n);
-  std::vector<int64_t> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
-  // best[k][i]: the smallest possible largest stage when the first i layers form k stages.
-  const int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(n + 1, kInf));
-  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
-  best[0][0] = 0;
-  for (int k = 1; k <= stages; ++k)
-    for (int i = k; i <= n; ++i)
-      for (int j = k - 1; j < i; ++j) {
-        if (best[k - 1][j] == kInf) continue;
-        int64_t cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
-        if (cost < best[k][i]) {
-          best[k][i] = cost;
-          cut[k][i] = j;
-        }
-      }
-  std::vector<int> b(stages + 1);
-  b[stages] = n;
-  for (int k = stages, i = n; k > 0; --k) i = b[k - 1] = cut[k][i];
-  return b;
-}
-
 Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options)
     : pg_(std::move(pg)), options_(std::move(options)) {
   KILN_CHECK(model != nullptr, "Pipeline: the model is null");

@@ -34,7 +34,8 @@ struct PipelineOptions {
   int micro_batches = 1;
   Schedule schedule = Schedule::k1F1B;
   /// Stage s runs layers [boundaries[s], boundaries[s+1]): p+1 increasing indices from 0 to the
-  /// number of layers. Empty: balanced by parameter count.
+  /// number of layers. Empty: balanced by parameter count (dist::time_balanced_boundaries in
+  /// pipeline_balance.h balances by measured forward time).
   std::vector<int> boundaries;
   /// Where this rank's stage lives (inputs and received activations are moved there).
   Device device = kCPU;
@@ -75,6 +76,13 @@ class Pipeline {
   /// batch shape differs from the previous one's (the last, smaller batch of an epoch) checks
   /// again; other steps only pass a small header down the stages.
   double train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss);
+
+  /// Inference through the stages (evaluation): the whole batch forward without recording and
+  /// without micro-batches; each activation's shape travels ahead of it, so any batch size
+  /// works. `input` is read on stage 0. Returns the last stage's output there, undefined
+  /// elsewhere. Runs the stage as it is: call stage_module().eval() first for eval mode. A stage
+  /// whose forward throws tells the later stages, which throw naming it. Every stage must call it.
+  Tensor forward(const Tensor& input);
 
   /// This rank's stage: its layers, named "0", "1", ... in stage order.
   nn::Sequential& stage_module() { return *stage_; }
@@ -122,7 +130,8 @@ struct PipelineGroups {
 PipelineGroups pipeline_groups(int stages);
 
 /// Balanced stage boundaries: contiguous ranges of at least one layer each that minimise the
-/// largest stage's parameter count. `layer_params[i]` is layer i's parameter count.
+/// largest stage's parameter count. `layer_params[i]` is layer i's parameter count. (By measured
+/// forward time instead: time_balanced_boundaries in pipeline_balance.h.)
 std::vector<int> balanced_boundaries(const std::vector<int64_t>& layer_params, int stages);
 
 }  // namespace kiln::dist

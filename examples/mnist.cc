@@ -23,13 +23,16 @@ constexpr const char* kAmpNotes = R"(
 --amp-mode o2 converts the model to that dtype with f32 master weights in the optimizer.
 --matmul-precision high allows TF32 tensor cores for f32 GEMMs and convolutions on GPUs.
 --ddp trains on the ranks started by //distributed:launch (--batch-size is per rank; Gloo on CPU).
+--pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
+(--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
+job runs P stages x (world / P) data-parallel replicas.
 )";
 
 /// Every flag of the main job, declared once: name, destination, help, range or choices.
 struct Flags {
   examples::TrainConfig c;
   std::string device, matmul_precision = "highest";
-  CLI::Option* lr = nullptr;
+  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
 
   void declare(CLI::App& app) {
     app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}));
@@ -63,6 +66,19 @@ struct Flags {
     app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
         ->check(cli::one_of({"highest", "high"}));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_option("--pipeline-stages", c.pipeline_stages,
+                   "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
+        ->check(cli::range(1, 64));
+    micro_batches = app.add_option("--micro-batches", c.micro_batches,
+                                   "pipeline: micro-batches per batch (--batch-size must divide by it)")
+                        ->check(cli::range(1, 4096));
+    // --schedule already names the learning-rate schedule.
+    pipeline_schedule = app.add_option("--pipeline-schedule", c.pipeline_schedule,
+                                       "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
+                            ->check(cli::one_of({"gpipe", "1f1b"}));
+    pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
+                                      "pipeline: cut the stages to equal parameter counts or equal measured forward time")
+                           ->check(cli::one_of({"params", "time"}));
   }
 
   /// The checks that involve more than one flag, or the machine; an error message or "".
@@ -73,7 +89,25 @@ struct Flags {
       return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
     if (c.amp == "none" && c.amp_mode == "o2")
       return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
+    if (std::string problem = check_pipeline(); !problem.empty()) return problem;
     set_float32_matmul_precision(matmul_precision);
+    return {};
+  }
+
+  /// The pipeline flags against each other and the model (the world size is checked at launch).
+  std::string check_pipeline() const {
+    const int p = c.pipeline_stages, m = c.micro_batches;
+    if (p == 1)
+      for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance})
+        if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
+    if (p == 1) return {};
+    const int64_t layers = static_cast<int64_t>(examples::make_model(c.model)->size());
+    if (p > layers)
+      return fmt::format("--pipeline-stages {}: the {} has only {} layers (each stage needs at least one)", p, c.model,
+                         layers);
+    if (c.batch_size % m != 0)
+      return fmt::format("--batch-size {} does not split into --micro-batches {} (make it a multiple)", c.batch_size,
+                         m);
     return {};
   }
 };

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -15,10 +14,10 @@
 #include "distributed/scaler_sync.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
+#include "examples/pipeline_trainer.h"
+#include "examples/train_parts.h"
 #include "nn/checkpoint.h"
-#include "optim/adam.h"
 #include "optim/lr_scheduler.h"
-#include "optim/sgd.h"
 
 namespace kiln::examples {
 namespace {
@@ -26,12 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
-  if (c.optimizer == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr).set_momentum(0.9));
-  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr));
-  return std::make_unique<optim::AdamW>(params, optim::AdamOptions(c.lr).set_weight_decay(0.01));
-}
 
 /// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
 /// group, each rank evaluates its contiguous slice and the sums are all-reduced.
@@ -68,25 +61,12 @@ std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   TrainConfig c = config;
-  // Data parallel on GPUs: one device per rank of this node, as torchrun users expect.
-  if (c.ddp && c.device.is_cuda()) {
-    const char* local = std::getenv("LOCAL_RANK");
-    c.device = Device(DeviceType::CUDA, local ? std::atoi(local) : 0);
-    KILN_CHECK(c.device.index < device_count(DeviceType::CUDA),
-               "--ddp: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here); start at most that many ranks "
-               "per node",
-               c.device.index, device_count(DeviceType::CUDA));
-  }
+  if (c.pipeline_stages > 1) return train_pipeline(config, log);
+  if (c.ddp) c.device = rank_device(c, "--ddp");
   if (c.threads > 0) set_num_threads(c.threads);
-  KILN_CHECK(std::filesystem::is_directory(c.data_dir), "mnist: data directory '{}' does not exist (use --data-dir)",
-             c.data_dir);
-  auto full_train = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/true, data::kFashionMnistNormalization);
-  std::shared_ptr<data::Dataset> train_set = full_train;
-  auto test_set =
-      std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization);
-  if (c.limit_train > 0 && c.limit_train < train_set->size())
-    train_set = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
-                                                      full_train->targets().narrow(0, 0, c.limit_train));
+  Datasets sets = load_datasets(c);
+  std::shared_ptr<data::Dataset> train_set = sets.train;
+  auto test_set = sets.test;
 
   manual_seed(static_cast<uint64_t>(c.seed));
   auto model = make_model(c.model);
@@ -142,11 +122,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       c.stop_after_epochs > 0 ? std::min(c.epochs, state.epoch + c.stop_after_epochs) : c.epochs;
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     loader.set_epoch(epoch);
-    const auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    int64_t steps = 0, epoch_samples = 0;
-    auto window_start = Clock::now();
-    int64_t window_samples = 0;
+    EpochProgress progress(epoch, loader.size(), c.log_every, out);
     for (data::Example& batch : loader) {
       Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
       Tensor loss;
@@ -160,22 +136,12 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       mp.step(*opt);
       double l = loss.item<double>();
       r.step_losses.push_back(l);
-      loss_sum += l;
-      ++steps;
       ++state.step;
-      epoch_samples += y.size(0) * world;
-      window_samples += y.size(0) * world;
-      if (steps % c.log_every == 0) {
-        out << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch + 1, steps, loader.size(), l,
-                           window_samples / seconds_since(window_start));
-        window_start = Clock::now();
-        window_samples = 0;
-      }
+      progress.step(y.size(0) * world, l);
     }
-    const double epoch_seconds = seconds_since(epoch_start);
-    train_seconds += epoch_seconds;
-    samples += epoch_samples;
-    double epoch_loss = loss_sum / static_cast<double>(std::max<int64_t>(steps, 1));
+    train_seconds += progress.finish();
+    samples += progress.samples();
+    double epoch_loss = progress.mean_loss();
     if (pg) {
       Tensor l = tensor({epoch_loss}, dtype(kFloat64));
       pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
@@ -190,8 +156,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     r.test_loss = test_loss;
     r.test_accuracy = test_acc;
     ++r.epochs_done;
-    out << fmt::format("epoch {} done: train_loss {:.4f} test_loss {:.4f} test_accuracy {:.4f} ({:.0f} samples/s)\n",
-                       epoch + 1, r.epoch_train_loss.back(), test_loss, test_acc, epoch_samples / epoch_seconds);
+    progress.done(r.epoch_train_loss.back(), test_loss, test_acc);
     if (!c.save.empty()) {
       state.epoch = epoch + 1;
       state.rng = default_generator().state();
@@ -211,7 +176,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 }
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
-  const nlohmann::ordered_json line = {
+  nlohmann::ordered_json line = {
       {"model", c.model},
       {"device", c.device.str()},
       {"epochs", c.epochs},
@@ -229,6 +194,12 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"wall_seconds", r.wall_seconds},
       {"skipped_steps", r.skipped_steps},
   };
+  if (c.pipeline_stages > 1) {
+    line["pipeline_stages"] = c.pipeline_stages;
+    line["micro_batches"] = c.micro_batches;
+    line["pipeline_schedule"] = c.pipeline_schedule;
+    line["dropped_batches"] = r.dropped_batches;
+  }
   return line.dump();
 }
 

@@ -42,6 +42,15 @@ struct TrainConfig {
   /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
   /// and writes checkpoints.
   bool ddp = false;
+  /// Pipeline parallel (examples/pipeline_trainer.h): the model split into this many stages, one
+  /// per rank of the job (with `ddp`, world = stages x replicas); 1: no pipeline.
+  int pipeline_stages = 1;
+  /// Micro-batches per batch in the pipeline; `batch_size` must divide by it.
+  int micro_batches = 1;
+  std::string pipeline_schedule = "1f1b";  // or "gpipe"
+  /// How the stages are cut: "params" (equal parameter counts) or "time" (equal forward time,
+  /// measured on rank 0 on one micro-batch of training images before training).
+  std::string pipeline_balance = "params";
 };
 
 struct TrainResult {
@@ -55,6 +64,7 @@ struct TrainResult {
   int64_t skipped_steps = 0;  // optimizer steps skipped by loss scaling (inf/NaN gradients)
   int rank = 0;        // this process's rank (0 without --ddp)
   int world_size = 1;  // ranks that trained together
+  int dropped_batches = 0;  // pipeline: each epoch's last batch when it does not split into micro-batches
 };
 
 /// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or

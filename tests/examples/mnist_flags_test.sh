@@ -42,11 +42,18 @@ expect 1 "does not exist" -- --data-dir /nonexistent/dir --resume /nonexistent/c
 expect 2 "--amp: must be one of none|f16|bf16, got 'fp8'" -- --amp fp8
 expect 2 "--amp-mode: must be one of o1|o2, got 'o3'" -- --amp bf16 --amp-mode o3
 expect 2 "--amp-mode o2 needs --amp f16 or --amp bf16" -- --amp-mode o2
+expect 2 "--pipeline-stages 7: the mlp has only 6 layers" -- --pipeline-stages 7
+expect 2 "--pipeline-stages: must be in [1, 64], got 0" -- --pipeline-stages 0
+expect 2 "--batch-size 100 does not split into --micro-batches 8" -- --pipeline-stages 2 --micro-batches 8 --batch-size 100
+expect 2 "--micro-batches needs --pipeline-stages 2 or more" -- --micro-batches 4
+expect 2 "--pipeline-schedule: must be one of gpipe|1f1b, got 'zb'" -- --pipeline-stages 2 --pipeline-schedule zb
+expect 2 "--pipeline-balance needs --pipeline-stages 2 or more" -- --pipeline-balance time
+expect 2 "--pipeline-balance: must be one of params|time, got 'flops'" -- --pipeline-stages 2 --pipeline-balance flops
 
 # --help lists every flag once, with its range or choices, and exits 0.
 help=$("$bin" --help 2>&1)
 code=$?
-for want in "--epochs" "--matmul-precision" "--ddp" "mlp|cnn" "in [1, 1000]"; do
+for want in "--epochs" "--matmul-precision" "--ddp" "--pipeline-stages" "gpipe|1f1b" "mlp|cnn" "in [1, 1000]"; do
   if [ "$code" -ne 0 ] || [[ "$help" != *"$want"* ]]; then
     echo "FAIL: mnist --help -> exit $code, no '$want' in: $help"
     failures=$((failures + 1))
