@@ -31,6 +31,8 @@ struct PublicOp {
 };
 
 Tensor idx(std::vector<int64_t> v) { return tensor(v); }
+/// A 4x4 f64 identity (the right operand of a [3, 4] x [4, 4] product).
+Tensor eye_like4(const Tensor&) { return (arange(4).unsqueeze(1) == arange(4).unsqueeze(0)).to(kFloat64); }
 
 const std::vector<PublicOp>& differentiable_ops() {
   static const std::vector<PublicOp> ops = {
@@ -104,6 +106,29 @@ const std::vector<PublicOp>& differentiable_ops() {
       {"index_add", [](const Tensor& x) { return index_add(x, 0, idx({1}), x.narrow(0, 0, 1)); }},
       {"embedding", [](const Tensor& x) { return embedding(x, idx({2, 0, 2})); }},
       {"binary", [](const Tensor& x) { return binary(BinaryKind::mul, x, x); }},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0); }},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x - 0.5); }},
+      {"elu", [](const Tensor& x) { return elu(x - 0.5); }},
+      {"hardtanh", [](const Tensor& x) { return hardtanh(x, 0.2, 0.8); }},
+      {"hardswish", [](const Tensor& x) { return hardswish(x); }},
+      {"clamp tensor bounds", [](const Tensor& x) { return clamp(x, full({4}, 0.3, kFloat64), Tensor()); }},
+      {"flip", [](const Tensor& x) { return flip(x, {0}); }},
+      {"roll", [](const Tensor& x) { return roll(x, {1}, {1}); }},
+      {"repeat", [](const Tensor& x) { return repeat(x, {2, 1}); }},
+      {"tile", [](const Tensor& x) { return tile(x, {2}); }},
+      {"tril", [](const Tensor& x) { return tril(x); }},
+      {"triu", [](const Tensor& x) { return triu(x); }},
+      {"pad", [](const Tensor& x) { return pad(x, {1, 1}, PadMode::reflect); }},
+      {"vector_norm", [](const Tensor& x) { return linalg::vector_norm(x, 2, {1}); }},
+      {"norm", [](const Tensor& x) { return norm(x); }},
+      {"addmm", [](const Tensor& x) { return addmm(x, x, eye_like4(x)); }},
+      {"baddbmm", [](const Tensor& x) { return baddbmm(x.unsqueeze(0), x.unsqueeze(0), eye_like4(x).unsqueeze(0)); }},
+      {"einsum", [](const Tensor& x) { return einsum("ij,kj->ik", {x, x}); }},
+      {"sort", [](const Tensor& x) { return std::get<0>(sort(x, 1)); }},
+      {"topk", [](const Tensor& x) { return std::get<0>(topk(x, 2)); }},
+      {"cumsum", [](const Tensor& x) { return cumsum(x, 1); }},
+      {"cumprod", [](const Tensor& x) { return cumprod(x, 1); }},
   };
   return ops;
 }
@@ -121,6 +146,8 @@ const std::vector<PublicOp>& non_differentiable_ops() {
       {"argmin", [](const Tensor& x) { return argmin(x, 1); }},
       {"max(dim) indices", [](const Tensor& x) { return std::get<1>(max(x, 1)); }},
       {"one_hot", [](const Tensor& x) { return one_hot(argmax(x, 1), 4); }},
+      {"argsort", [](const Tensor& x) { return argsort(x, 1); }},
+      {"topk indices", [](const Tensor& x) { return std::get<1>(topk(x, 2)); }},
   };
   return ops;
 }
