@@ -11,7 +11,6 @@
 #include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
-#include "distributed/scaler_sync.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "examples/pipeline_trainer.h"
@@ -97,8 +96,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) {
     ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
-    // Every rank must make the same skip-or-step decision: an inf anywhere skips everywhere.
-    dist::share_found_inf(mp.scaler(), pg);
+    // Every rank must make the same skip-or-step decision. Under plain DDP it does without an
+    // extra all-reduce of the scaler's flag: backward leaves identical averaged gradients on every
+    // rank, so an inf anywhere is an inf everywhere (ddp_test checks it). Pipeline and hybrid runs,
+    // whose stages hold different gradients, share the flag (pipeline_trainer.cc).
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
   }

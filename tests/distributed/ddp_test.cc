@@ -285,5 +285,30 @@ TEST_CASE("with share_found_inf, an inf gradient on one rank skips the step on e
   }, 120, "ddp_scaler"));
 }
 
+TEST_CASE("without share_found_inf, DDP's all-reduce alone makes an inf on one rank a skip on every rank") {
+  // Why the main job does not all-reduce the scaler's flag under plain DDP: after backward every
+  // rank holds the same averaged gradients, so an overflow on one rank is seen by all of them.
+  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(5);
+    auto model = make_model();
+    dist::DistributedDataParallel ddp(model, pg);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+    amp::GradScaler scaler;
+    Batch b = global_batch(0, 4 * world);
+    for (int step = 0; step < 2; ++step) {
+      opt.zero_grad();
+      Tensor loss = F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world));
+      // Rank 1's local gradients overflow before the all-reduce (step 0 only).
+      if (rank == 1 && step == 0) loss = loss * std::numeric_limits<float>::infinity();
+      scaler.scale(loss).backward();
+      bool stepped = scaler.step(opt);
+      scaler.update();
+      expect(stepped == (step == 1), "rank {} step {}: stepped={}", rank, step, stepped);
+    }
+    expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
+  }, 120, "ddp_scaler_synced"));
+}
+
 }  // namespace
 }  // namespace kiln
