@@ -258,30 +258,41 @@ TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on 
   }, 120, "ddp_ckpt_ranks"));
 }
 
+/// Two GradScaler steps of DDP in which rank 1 overflows at step 0 only: its loss is made inf
+/// before backward (`before_all_reduce`) or one of its gradients after the all-reduce. Every rank
+/// must skip step 0 (weights untouched, scale halved) and take step 1.
+void check_overflow_skips_everywhere(int rank, int world, bool share_flag, bool before_all_reduce) {
+  auto pg = dist::init_process_group();
+  manual_seed(5);
+  auto model = make_model();
+  dist::DistributedDataParallel ddp(model, pg);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+  amp::GradScaler scaler;
+  if (share_flag) dist::share_found_inf(scaler, pg);
+  Tensor before = model->parameters()[0].clone();
+  Batch b = global_batch(0, 4 * world);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int step = 0; step < 2; ++step) {
+    const bool overflow = rank == 1 && step == 0;
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world));
+    if (overflow && before_all_reduce) loss = loss * inf;
+    scaler.scale(loss).backward();
+    if (overflow && !before_all_reduce) model->parameters()[2].grad().fill_(inf);
+    bool stepped = scaler.step(opt);
+    scaler.update();
+    expect(stepped == (step == 1), "rank {} step {}: stepped={}", rank, step, stepped);
+    if (step == 0)
+      expect((model->parameters()[0] - before).abs().max().item<float>() == 0, "rank {} changed the weights", rank);
+  }
+  expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
+  expect(scaler.scale() == 32768.0, "rank {} scale {}", rank, scaler.scale());
+}
+
 TEST_CASE("with share_found_inf, an inf gradient on one rank skips the step on every rank") {
+  // After the all-reduce only rank 1 sees the overflow: sharing the flag is what makes all skip.
   test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
-    auto pg = dist::init_process_group();
-    manual_seed(5);
-    auto model = make_model();
-    dist::DistributedDataParallel ddp(model, pg);
-    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
-    amp::GradScaler scaler;
-    dist::share_found_inf(scaler, pg);
-    Tensor before = model->parameters()[0].clone();
-    Batch b = global_batch(0, 4 * world);
-    for (int step = 0; step < 2; ++step) {
-      opt.zero_grad();
-      scaler.scale(F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world))).backward();
-      // After the all-reduce, only rank 1 sees an overflow (step 0 only).
-      if (rank == 1 && step == 0) model->parameters()[2].grad().fill_(std::numeric_limits<float>::infinity());
-      bool stepped = scaler.step(opt);
-      scaler.update();
-      expect(stepped == (step == 1), "rank {} step {}: stepped={}", rank, step, stepped);
-      if (step == 0)
-        expect((model->parameters()[0] - before).abs().max().item<float>() == 0, "rank {} changed the weights", rank);
-    }
-    expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
-    expect(scaler.scale() == 32768.0, "rank {} scale {}", rank, scaler.scale());
+    check_overflow_skips_everywhere(rank, world, /*share_flag=*/true, /*before_all_reduce=*/false);
   }, 120, "ddp_scaler"));
 }
 
@@ -289,24 +300,7 @@ TEST_CASE("without share_found_inf, DDP's all-reduce alone makes an inf on one r
   // Why the main job does not all-reduce the scaler's flag under plain DDP: after backward every
   // rank holds the same averaged gradients, so an overflow on one rank is seen by all of them.
   test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
-    auto pg = dist::init_process_group();
-    manual_seed(5);
-    auto model = make_model();
-    dist::DistributedDataParallel ddp(model, pg);
-    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
-    amp::GradScaler scaler;
-    Batch b = global_batch(0, 4 * world);
-    for (int step = 0; step < 2; ++step) {
-      opt.zero_grad();
-      Tensor loss = F::cross_entropy(ddp(shard(b.x, rank, world)), shard(b.y, rank, world));
-      // Rank 1's local gradients overflow before the all-reduce (step 0 only).
-      if (rank == 1 && step == 0) loss = loss * std::numeric_limits<float>::infinity();
-      scaler.scale(loss).backward();
-      bool stepped = scaler.step(opt);
-      scaler.update();
-      expect(stepped == (step == 1), "rank {} step {}: stepped={}", rank, step, stepped);
-    }
-    expect(scaler.skipped_steps() == 1, "rank {} skipped {} steps", rank, scaler.skipped_steps());
+    check_overflow_skips_everywhere(rank, world, /*share_flag=*/false, /*before_all_reduce=*/true);
   }, 120, "ddp_scaler_synced"));
 }
 
