@@ -366,6 +366,25 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   return op::where(mask, wrap(value, x.dtype(), x.device()), x);
 }
 
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value) {
+  check_inplace(x, "masked_fill_");
+  KILN_CHECK(mask.dtype() == kBool, "masked_fill_: mask must be a bool tensor, got {}", mask.dtype());
+  check_same_device("masked_fill_", x, mask);
+  KILN_CHECK(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill_") == x.sizes(),
+             "masked_fill_: mask of shape {} cannot be broadcast to the tensor's shape {}", mask.sizes(), x.sizes());
+  if (inplace_needs_grad(x, Tensor())) {
+    commit_inplace(x, masked_fill(x.clone(), mask, value), "masked_fill_");
+    return x;
+  }
+  // Elementwise, each element read before it is written: x is both an operand and the output.
+  kernels::where[x.device()](x, expand_to(mask, x.sizes()), expand_to(wrap(value, x.dtype(), x.device()), x.sizes()),
+                             x);
+  x.storage()->bump_version();
+  return x;
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) { return kiln::masked_fill_(*this, mask, value); }
+
 // ---- operators
 
 Tensor operator-(const Tensor& x) { return neg(x); }

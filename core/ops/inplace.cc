@@ -3,7 +3,6 @@
 #include "core/autograd_meta.h"
 #include "core/grad_mode.h"
 #include "core/kernels.h"
-#include "core/ops.h"
 #include "core/view_history.h"
 
 namespace kiln {
@@ -55,22 +54,3 @@ void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
 
 }  // namespace kiln
 
-namespace kiln {
-
-Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value) {
-  check_inplace(x, "masked_fill_");
-  KILN_CHECK(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill_") == x.sizes(),
-             "masked_fill_: mask of shape {} cannot be broadcast to the tensor's shape {}", mask.sizes(), x.sizes());
-  if (inplace_needs_grad(x, Tensor())) {
-    commit_inplace(x, masked_fill(x.clone(), mask, value), "masked_fill_");
-    return x;
-  }
-  Tensor r = masked_fill(x, mask, value);
-  kernels::copy[x.device()](x, r);
-  x.storage()->bump_version();
-  return x;
-}
-
-Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) { return kiln::masked_fill_(*this, mask, value); }
-
-}  // namespace kiln
