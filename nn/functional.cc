@@ -58,18 +58,18 @@ Tensor batch_norm(const Tensor& x0, Tensor running_mean, Tensor running_var, con
   return y;
 }
 
+int64_t embedding_padding_row(std::optional<int64_t> padding_idx, int64_t num, const char* op) {
+  if (!padding_idx) return -1;
+  KILN_CHECK(*padding_idx >= -num && *padding_idx < num, "{}: padding_idx {} is out of range [-{}, {}) for {} embeddings",
+             op, *padding_idx, num, num, num);
+  return *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+}
+
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got shape {}", weight.sizes());
   // As torch.nn.functional.embedding: the padding row is looked up as stored (the module
-  // initialises it to zeros) and gets no gradient; a negative padding_idx counts from the end.
-  const int64_t num = weight.size(0);
-  int64_t pad = -1;
-  if (padding_idx) {
-    KILN_CHECK(*padding_idx >= -num && *padding_idx < num,
-               "embedding: padding_idx {} is out of range for {} embeddings", *padding_idx, num);
-    pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
-  }
-  return kiln::embedding(weight, indices, pad);
+  // initialises it to zeros) and gets no gradient.
+  return kiln::embedding(weight, indices, embedding_padding_row(padding_idx, weight.size(0), "embedding"));
 }
 
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target, Reduction reduction, int64_t ignore_index) {
@@ -98,13 +98,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target, Reduction redu
   KILN_CHECK(target.sizes() == expected, "cross_entropy: target shape {} does not match logits shape {} (expected {})",
              target.sizes(), logits.sizes(), expected);
   // [N, C, d1, ...] becomes [N * d1 * ..., C] rows (class dim last), the target alike.
-  Tensor rows = logits;
-  if (logits.dim() > 2) {
-    IntList order{0};
-    for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
-    order.push_back(1);
-    rows = logits.permute(order).reshape({-1, logits.size(1)});
-  }
+  const Tensor rows = detail::class_rows(logits);
   const Tensor flat_target = target.reshape({-1});
   Tensor loss = op::cross_entropy(rows, flat_target, ignore_index, label_smoothing);
   if (reduction == Reduction::mean) {

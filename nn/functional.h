@@ -35,6 +35,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 /// running_mean / running_var in place (unbiased variance, like PyTorch); in eval it uses them.
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+/// padding_idx as a row of a table of `num` embeddings (PyTorch's rule: in [-num, num), a
+/// negative one counting from the end); -1 for none. Throws naming `op` when out of range.
+int64_t embedding_padding_row(std::optional<int64_t> padding_idx, int64_t num, const char* op);
 /// Rows of `weight` at `indices` (any shape), giving indices.shape + [dim].
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 

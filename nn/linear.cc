@@ -25,24 +25,15 @@ std::string Linear::extra_repr() const {
   return fmt::format("in_features={}, out_features={}, bias={}", in_features, out_features, bias.defined());
 }
 
-namespace {
-/// PyTorch's rule: padding_idx in [-num, num), a negative one counting from the end.
-std::optional<int64_t> normalised_padding_idx(std::optional<int64_t> pad, int64_t num) {
-  if (!pad) return pad;
-  KILN_CHECK(*pad >= -num && *pad < num, "Embedding: padding_idx {} out of range [-{}, {})", *pad, num, num);
-  return *pad < 0 ? *pad + num : *pad;
-}
-}  // namespace
-
 Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad)
-    : Module("Embedding"), num_embeddings(num), embedding_dim(dim), padding_idx(normalised_padding_idx(pad, num)) {
+    : Module("Embedding"), num_embeddings(num), embedding_dim(dim),
+      padding_idx(pad ? std::optional(functional::embedding_padding_row(pad, num, "Embedding")) : std::nullopt) {
   KILN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got {} x {}", num, dim);
-  pad = padding_idx;
   weight = register_parameter("weight", empty({num, dim}));
   init::normal_(weight);
-  if (pad) {
+  if (padding_idx) {
     NoGradGuard g;
-    weight.select(0, *pad).zero_();
+    weight.select(0, *padding_idx).zero_();
   }
 }
 

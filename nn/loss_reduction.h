@@ -1,5 +1,5 @@
-// Shared by the functional losses and norms (nn/functional*.cc, nn/losses.cc): reduction as
-// PyTorch's `reduction=` argument, and the autocast cast of an input.
+// Shared by the functional losses and norms (nn/functional.cc, nn/losses.cc, nn/normalization.cc):
+// reduction as PyTorch's `reduction=` argument, the autocast cast of an input, logits as class rows.
 #pragma once
 
 #include "core/autocast.h"
@@ -19,6 +19,15 @@ inline Tensor reduce(const Tensor& loss, Reduction r) {
 
 /// `t` as the autocast policy wants it for `op` (itself with autocast off).
 inline Tensor policy(AutocastOp op, const Tensor& t) { return autocast::cast_input(op, t); }
+
+/// Logits [N, C, d1, ...] as rows [N * d1 * ..., C] (class dim last); [N, C] as it is.
+inline Tensor class_rows(const Tensor& t) {
+  if (t.dim() <= 2) return t;
+  IntList order{0};
+  for (int64_t d = 2; d < t.dim(); ++d) order.push_back(d);
+  order.push_back(1);
+  return t.permute(order).reshape({-1, t.size(1)});
+}
 
 inline void check_target(const char* op, const Tensor& input, const Tensor& target) {
   KILN_CHECK(input.sizes() == target.sizes(), "{}: input shape {} and target shape {} differ", op, input.sizes(),

@@ -12,19 +12,6 @@ using detail::check_target;
 using detail::policy;
 using detail::reduce;
 
-namespace {
-
-/// logits [N, C, d...] as rows [N * d..., C] (class dim last).
-Tensor class_rows(const Tensor& t) {
-  if (t.dim() == 2) return t;
-  IntList order{0};
-  for (int64_t d = 2; d < t.dim(); ++d) order.push_back(d);
-  order.push_back(1);
-  return t.permute(order).reshape({-1, t.size(1)});
-}
-
-}  // namespace
-
 Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEntropyOptions& o) {
   const bool probabilities = is_floating(target0.dtype());
   if (!o.weight.defined() && !probabilities)
@@ -36,7 +23,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
   const int64_t c = logits.size(1);
   KILN_CHECK(!o.weight.defined() || o.weight.sizes() == Shape{c},
              "cross_entropy: weight must have one value per class ([{}]), got shape {}", c, o.weight.sizes());
-  const Tensor logp = log_softmax(class_rows(logits), 1);
+  const Tensor logp = log_softmax(detail::class_rows(logits), 1);
   const Tensor w = o.weight.defined() ? policy(AutocastOp::cross_entropy, o.weight).to(logp.dtype()) : Tensor();
   Shape per_sample = logits.sizes();
   per_sample.erase(per_sample.begin() + 1);
@@ -45,7 +32,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const CrossEn
     KILN_CHECK(target0.sizes() == logits.sizes(),
                "cross_entropy: probability targets must have the logits' shape {}, got {}", logits.sizes(),
                target0.sizes());
-    Tensor p = class_rows(policy(AutocastOp::cross_entropy, target0)).to(logp.dtype());
+    Tensor p = detail::class_rows(policy(AutocastOp::cross_entropy, target0)).to(logp.dtype());
     if (o.label_smoothing > 0) p = p * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(c);
     Tensor terms = w.defined() ? logp * p * w : logp * p;
     Tensor loss = -terms.sum({1});
