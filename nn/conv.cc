@@ -33,15 +33,13 @@ void init_conv_layer(Module& m, Tensor& weight, Tensor& bias, const char* type, 
 
 Conv2d::Conv2d(int64_t in, int64_t out, const Size2d& kernel_size, Conv2dOptions opts)
     : Module("Conv2d"), in_channels(in), out_channels(out), options(std::move(opts)) {
-  if (!options.padding_mode_str.empty()) parse_conv_padding(options.padding_mode_str, "Conv2d");
+  if (!options.padding_mode_str.empty()) string_padding_ = parse_conv_padding(options.padding_mode_str, "Conv2d");
   init_conv_layer(*this, weight, bias, "Conv2d", in, out, options.groups, kernel_size, options.bias,
                   [&](int64_t kh, int64_t kw) { return Shape{out, in / options.groups, kh, kw}; });
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  if (!options.padding_mode_str.empty())
-    return conv2d(x, weight, bias, options.stride, parse_conv_padding(options.padding_mode_str, "Conv2d"),
-                  options.dilation, options.groups);
+  if (string_padding_) return conv2d(x, weight, bias, options.stride, *string_padding_, options.dilation, options.groups);
   return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ class Conv2d : public Module {
   Tensor weight, bias;
   const int64_t in_channels, out_channels;
   const Conv2dOptions options;
+
+ private:
+  std::optional<ConvPadding> string_padding_;  // options.padding_mode_str, parsed once
 };
 
 struct ConvTranspose2dOptions {
