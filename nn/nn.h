@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
