@@ -56,6 +56,9 @@ namespace kiln::kernels {
   _(gather, void(Tensor& out, const Tensor& x, int64_t dim, const Tensor& index))                \
   /* out[index[i][j]][j] += src[i][j] (for dim 0), in place */                                   \
   _(scatter_add, void(Tensor& out, int64_t dim, const Tensor& index, const Tensor& src))         \
+  /* random fills: out contiguous and non-empty-checked by core/ops/random.cc and creation.cc:    \
+     uniform/normal floating with low <= high, std >= 0; randint's range fits out's dtype;      \
+     0 <= p <= 1 */                                                                              \
   _(uniform, void(Tensor& out, Generator& gen, double low, double high))                         \
   _(normal, void(Tensor& out, Generator& gen, double mean, double std))                          \
   /* integers in [low, high) */                                                                  \

@@ -23,6 +23,7 @@ using Shape = std::vector<int64_t>;
 using IntList = std::vector<int64_t>;
 
 struct AutogradMeta;
+class Generator;
 namespace autograd {
 class Node;
 }
@@ -214,6 +215,12 @@ class Tensor {
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);
   Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
+  /// Random fills of any (strided) tensor, never recorded (core/ops/random.cc); a tensor that
+  /// requires grad is filled only with recording off (NoGradGuard). uniform_ and normal_ need a
+  /// floating dtype; bernoulli_ writes 1 with probability p, else 0, in any dtype.
+  Tensor& uniform_(double low = 0.0, double high = 1.0, Generator* gen = nullptr);
+  Tensor& normal_(double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
+  Tensor& bernoulli_(double p, Generator* gen = nullptr);
   Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
   Tensor& add_(const Scalar& other);
   Tensor& sub_(const Tensor& other, const Scalar& alpha = 1);

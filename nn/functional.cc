@@ -21,8 +21,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   KILN_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got {}", p);
   if (!training || p == 0) return x;
   if (p == 1) return x * 0.0;
-  Tensor mask = make_tensor(x.sizes(), x.dtype(), x.device());
-  kernels::bernoulli[x.device()](mask, gen ? *gen : default_generator(), 1.0 - p);
+  Tensor mask = empty(x.sizes(), TensorOptions().dtype(x.dtype()).device(x.device()));
+  mask.bernoulli_(1.0 - p, gen);
   return x * mask * (1.0 / (1.0 - p));
 }
 

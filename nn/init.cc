@@ -23,20 +23,15 @@ double calculate_gain(const std::string& nl, double param) {
   fail("calculate_gain: unknown nonlinearity '{}'", nl);
 }
 
-// Random fills draw into a contiguous temporary when `t` is a strided view, then copy.
-static Tensor& fill_random(Tensor& t, bool normal, double a, double b, Generator* gen) {
+// Initialisation is not part of the model's computation: the fills run without recording.
+Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
   NoGradGuard g;
-  Generator& rng = gen ? *gen : default_generator();
-  Tensor target = t.is_contiguous() ? t : make_tensor(t.sizes(), t.dtype(), t.device());
-  if (normal) kernels::normal[t.device()](target, rng, a, b);
-  else kernels::uniform[t.device()](target, rng, a, b);
-  if (!target.is_same(t)) t.copy_(target);
-  else t.storage()->bump_version();
-  return t;
+  return t.uniform_(low, high, gen);
 }
-
-Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) { return fill_random(t, false, low, high, gen); }
-Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) { return fill_random(t, true, mean, std, gen); }
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  NoGradGuard g;
+  return t.normal_(mean, std, gen);
+}
 
 Tensor& constant_(Tensor& t, double value) {
   NoGradGuard g;

@@ -1,5 +1,7 @@
 // Creation ops: empty/zeros/ones/full, arange/linspace, random fills, *_like, from_blob.
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include "core/kernels.h"
 #include "core/ops.h"
@@ -68,6 +70,13 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   KILN_CHECK(low < high, "randint: empty range [{}, {})", low, high);
+  KILN_CHECK(opts.dtype_ != kBool, "randint: dtype bool is not supported (numeric types only)");
+  KILN_DISPATCH_ALL(opts.dtype_, "randint", [&]<class T>() {
+    if constexpr (std::is_integral_v<T>)
+      KILN_CHECK(low >= static_cast<int64_t>(std::numeric_limits<T>::lowest()) &&
+                     high - 1 <= static_cast<int64_t>(std::numeric_limits<T>::max()),
+                 "randint: range [{}, {}) does not fit dtype {}", low, high, opts.dtype_);
+  });
   Tensor t = make_tensor(shape, opts.dtype_, opts.device_);
   kernels::randint[t.device()](t, pick(gen), low, high);
   return t;

@@ -99,10 +99,10 @@ TEST_CASE("randint covers [low, high) and nothing else") {
 TEST_CASE("bernoulli fills 1 with probability p") {
   manual_seed(4);
   Tensor t = empty({100000});
-  kernels::bernoulli[kCPU](t, default_generator(), 0.3);
+  t.bernoulli_(0.3);
   CHECK(mean_of(t.to_vector<double>()) == doctest::Approx(0.3).epsilon(0.02));
   Tensor b = empty({1000}, kBool);
-  kernels::bernoulli[kCPU](b, default_generator(), 1.0);
+  b.bernoulli_(1.0);
   for (bool x : b.to_vector<bool>()) CHECK(x);
 }
 
@@ -124,8 +124,30 @@ TEST_CASE("the numbers do not depend on the thread count") {
   CHECK(one == four);
 }
 
-TEST_CASE("random kernels refuse non-contiguous outputs") {
+TEST_CASE("random fills: a strided view is filled in place, its neighbours untouched; bad arguments name the op") {
+  manual_seed(12);
   Tensor base = zeros({4, 4});
-  Tensor view = make_view(base, {4, 4}, {1, 4}, 0);
-  CHECK_THROWS_WITH(kernels::uniform[kCPU](view, default_generator(), 0, 1), doctest::Contains("contiguous"));
+  Tensor col = base.slice(1, 1, 2);  // one column: not contiguous
+  col.uniform_(2.0, 3.0);
+  auto v = base.to_vector<double>();
+  for (int64_t i = 0; i < 16; ++i) {
+    if (i % 4 == 1) CHECK((v[i] >= 2.0 && v[i] < 3.0));
+    else CHECK(v[i] == 0.0);
+  }
+  Tensor n = zeros({3, 1000}).transpose(0, 1);
+  n.normal_(5.0, 0.5);
+  CHECK(mean_of(n.contiguous().to_vector<double>()) == doctest::Approx(5.0).epsilon(0.02));
+  Tensor ints = zeros({10}, kInt32);
+  CHECK_THROWS_WITH(ints.uniform_(), doctest::Contains("uniform_: dtype i32 is not supported"));
+  CHECK_THROWS_WITH(base.uniform_(1.0, 0.0), doctest::Contains("low 1 must not exceed high 0"));
+  CHECK_THROWS_WITH(base.normal_(0.0, -1.0), doctest::Contains("std must be non-negative, got -1"));
+  CHECK_THROWS_WITH(base.bernoulli_(1.5), doctest::Contains("bernoulli_: probability must be in [0, 1], got 1.5"));
+  CHECK_THROWS_WITH(randint(0, int64_t{1} << 40, {4}, kInt32), doctest::Contains("does not fit dtype i32"));
+  Tensor w = zeros({3}, TensorOptions().requires_grad());
+  CHECK_THROWS_WITH(w.uniform_(), doctest::Contains("requires grad while recording"));
+  {
+    NoGradGuard g;
+    w.uniform_(1.0, 2.0);
+  }
+  CHECK(w.sum().item<double>() >= 3.0);
 }
