@@ -2,9 +2,10 @@
 // (batch, head, block of kBr queries) on the thread pool: it walks the keys in tiles of kBc with an
 // online softmax (running max m and sum l per row, the output rescaled when m grows), so the
 // [Tq, Tk] probabilities never exist beyond one [kBr, kBc] tile. The backward runs one task per
-// (batch, head): for each key tile it recomputes P = exp(S - lse) for every query tile and
-// accumulates dV, dK for the key tile and dQ for the query tile, so no two tasks write the same
-// gradient and the result does not depend on the thread count. GEMMs are core/cpu/gemm.h's serial
+// (batch, head) when there are enough heads for the threads: for each key tile it recomputes
+// P = exp(S - lse) for every query tile and accumulates dV, dK for the key tile and dQ for the
+// query tile. With fewer heads than threads it runs dK/dV over (head, key tile) tasks, then dQ
+// over (head, query tile) tasks. No two tasks write the same gradient rows. GEMMs are core/cpu/gemm.h's serial
 // kernels; row operations are Eigen arrays (vectorised exp). f16/bf16 compute in f32.
 #include <Eigen/Core>
 
@@ -26,6 +27,10 @@ constexpr int64_t kBr = 64;  // queries per tile
 constexpr int64_t kBc = 64;  // keys per tile
 
 template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+/// Scratch tiles aligned to Eigen's packets: where a row starts decides which elements take the
+/// scalar path of exp and sum, and so the last bits of the result. Aligned, the result does not
+/// depend on which thread (or allocation) ran the tile.
+template <class T> using Buffer = std::vector<T, Eigen::aligned_allocator<T>>;
 template <class T> using RowMap = Eigen::Map<Arr<T>>;
 
 struct Dims {
@@ -94,7 +99,8 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
   const T ninf = -std::numeric_limits<T>::infinity();
   parallel_for(0, d.B * d.H * qblocks, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> S(kBr * kBc), O(kBr * d.Dv), m(kBr), l(kBr), keep(kBc);
+    Buffer<T> S(kBr * kBc), O(kBr * d.Dv), keep(kBc);
+    std::vector<T> m(kBr), l(kBr);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBr, nr = std::min(kBr, d.Tq - i0);
       const int64_t b = bh / d.H, h = bh % d.H;
@@ -143,55 +149,105 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
   });
 }
 
+/// The backward's operands and options, shared by its tasks.
+template <class T> struct BackwardArgs {
+  T *gq, *gk, *gv, *gmask;
+  const T *go, *q, *k, *v, *out, *lse;
+  const T* dsum;  // [B * H * Tq]: dO_i . O_i
+  const MaskReader<T>* mask;
+  Dims d;
+  AttentionParams p;
+};
+
+/// Per-thread tiles of the backward.
+template <class T> struct BackwardScratch {
+  Buffer<T> P, dP, Pd, keep;
+  explicit BackwardScratch(bool dropout)
+      : P(kBr * kBc), dP(kBr * kBc), Pd(dropout ? kBr * kBc : 0), keep(kBc) {}
+};
+
+/// One (query tile, key tile) pair of head bh: recomputes P = exp(S - lse) and dS = P (dP - D),
+/// then accumulates dV and dK of the key tile (with_kv, also writing the mask's gradient) and dQ
+/// of the query tile (with_q).
 template <class T>
-void backward_typed(T* gq, T* gk, T* gv, T* gmask, const T* go, const T* q, const T* k, const T* v,
-                    const MaskReader<T>& mask, const T* out, const T* lse, const Dims& d, const AttentionParams& p) {
-  const uint32_t thr = attention_dropout_threshold(p.dropout_p);
+void backward_tile(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh, int64_t i0, int64_t nr, int64_t j0,
+                   int64_t nc, bool with_kv, bool with_q) {
+  const Dims& d = a.d;
+  const AttentionParams& p = a.p;
+  const int64_t b = bh / d.H, h = bh % d.H;
+  const T *Q = a.q + bh * d.Tq * d.D, *K = a.k + bh * d.Tk * d.D, *V = a.v + bh * d.Tk * d.Dv;
+  const T *GO = a.go + bh * d.Tq * d.Dv, *L = a.lse + bh * d.Tq, *Dsum = a.dsum + bh * d.Tq;
   const T scale = static_cast<T>(p.scale);
-  parallel_for(0, d.B * d.H, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> P(kBr * kBc), dP(kBr * kBc), Pd(p.dropout_p > 0 ? kBr * kBc : 0), Dsum(d.Tq), keep(kBc);
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.H, h = bh % d.H;
-      const T *Q = q + bh * d.Tq * d.D, *K = k + bh * d.Tk * d.D, *V = v + bh * d.Tk * d.Dv;
-      const T *GO = go + bh * d.Tq * d.Dv, *L = lse + bh * d.Tq;
-      T *GQ = gq + bh * d.Tq * d.D, *GK = gk + bh * d.Tk * d.D, *GV = gv + bh * d.Tk * d.Dv;
-      // D_i = dO_i . O_i = sum_j P_ij dP_ij (dropout included), the softmax backward's row term.
-      for (int64_t i = 0; i < d.Tq; ++i)
-        Dsum[i] = (RowMap<T>(const_cast<T*>(GO) + i * d.Dv, d.Dv) *
-                   RowMap<T>(const_cast<T*>(out) + (bh * d.Tq + i) * d.Dv, d.Dv)).sum();
-      std::fill(GQ, GQ + d.Tq * d.D, T(0));
-      std::fill(GK, GK + d.Tk * d.D, T(0));
-      std::fill(GV, GV + d.Tk * d.Dv, T(0));
-      for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc) {
-        const int64_t nc = std::min(kBc, d.Tk - j0);
-        const int64_t istart = p.causal ? (j0 / kBr) * kBr : 0;
-        for (int64_t i0 = istart; i0 < d.Tq; i0 += kBr) {
-          const int64_t nr = std::min(kBr, d.Tq - i0);
-          scores(P.data(), Q + i0 * d.D, K + j0 * d.D, d, p, mask, b, h, i0, nr, j0, nc);
-          // dP = dO V^T
-          gemm<T>(nr, nc, d.Dv, {GO + i0 * d.Dv, true, d.Dv}, {V + j0 * d.Dv, false, d.Dv}, dP.data(), kBc, false);
-          for (int64_t r = 0; r < nr; ++r) {
-            RowMap<T> pr(P.data() + r * kBc, nc), dpr(dP.data() + r * kBc, nc);
-            const T li = L[i0 + r];
-            if (li == -std::numeric_limits<T>::infinity()) pr.setZero();
-            else pr = (pr - li).exp();
-            if (p.dropout_p > 0) {
-              dropout_row(keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, nc);
-              RowMap<T> kr(keep.data(), nc);
-              RowMap<T>(Pd.data() + r * kBc, nc) = pr * kr;
-              dpr *= kr;
-            }
-            dpr = pr * (dpr - Dsum[i0 + r]);  // dS, the gradient of the masked scores
-            if (gmask) std::copy(dP.data() + r * kBc, dP.data() + r * kBc + nc, gmask + ((bh * d.Tq) + i0 + r) * d.Tk + j0);
-            dpr *= scale;
-          }
-          const T* Pv = p.dropout_p > 0 ? Pd.data() : P.data();
-          // dV += P^T dO, dQ += dS K, dK += dS^T Q (dS already scaled)
-          gemm<T>(nc, d.Dv, nr, {Pv, false, kBc}, {GO + i0 * d.Dv, true, d.Dv}, GV + j0 * d.Dv, d.Dv, true);
-          gemm<T>(nr, d.D, nc, {dP.data(), true, kBc}, {K + j0 * d.D, true, d.D}, GQ + i0 * d.D, d.D, true);
-          gemm<T>(nc, d.D, nr, {dP.data(), false, kBc}, {Q + i0 * d.D, true, d.D}, GK + j0 * d.D, d.D, true);
-        }
-      }
+  const uint32_t thr = attention_dropout_threshold(p.dropout_p);
+  T *P = w.P.data(), *dP = w.dP.data();
+  scores(P, Q + i0 * d.D, K + j0 * d.D, d, p, *a.mask, b, h, i0, nr, j0, nc);
+  // dP = dO V^T
+  gemm<T>(nr, nc, d.Dv, {GO + i0 * d.Dv, true, d.Dv}, {V + j0 * d.Dv, false, d.Dv}, dP, kBc, false);
+  for (int64_t r = 0; r < nr; ++r) {
+    RowMap<T> pr(P + r * kBc, nc), dpr(dP + r * kBc, nc);
+    const T li = L[i0 + r];
+    if (li == -std::numeric_limits<T>::infinity()) pr.setZero();
+    else pr = (pr - li).exp();
+    if (p.dropout_p > 0) {
+      dropout_row(w.keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, nc);
+      RowMap<T> kr(w.keep.data(), nc);
+      RowMap<T>(w.Pd.data() + r * kBc, nc) = pr * kr;
+      dpr *= kr;
+    }
+    dpr = pr * (dpr - Dsum[i0 + r]);  // dS, the gradient of the masked scores
+    if (with_kv && a.gmask)
+      std::copy(dP + r * kBc, dP + r * kBc + nc, a.gmask + ((bh * d.Tq) + i0 + r) * d.Tk + j0);
+    dpr *= scale;
+  }
+  // dV += P^T dO, dK += dS^T Q, dQ += dS K (dS already scaled)
+  if (with_kv) {
+    const T* Pv = p.dropout_p > 0 ? w.Pd.data() : P;
+    gemm<T>(nc, d.Dv, nr, {Pv, false, kBc}, {GO + i0 * d.Dv, true, d.Dv}, a.gv + (bh * d.Tk + j0) * d.Dv, d.Dv, true);
+    gemm<T>(nc, d.D, nr, {dP, false, kBc}, {Q + i0 * d.D, true, d.D}, a.gk + (bh * d.Tk + j0) * d.D, d.D, true);
+  }
+  if (with_q)
+    gemm<T>(nr, d.D, nc, {dP, true, kBc}, {K + j0 * d.D, true, d.D}, a.gq + (bh * d.Tq + i0) * d.D, d.D, true);
+}
+
+/// First query tile that sees key tile j0 (causal: the diagonal one).
+inline int64_t first_query_tile(int64_t j0, bool causal) { return causal ? (j0 / kBr) * kBr : 0; }
+
+template <class T> void backward_typed(const BackwardArgs<T>& a) {
+  const Dims& d = a.d;
+  const bool dropout = a.p.dropout_p > 0;
+  std::fill(a.gq, a.gq + d.B * d.H * d.Tq * d.D, T(0));
+  std::fill(a.gk, a.gk + d.B * d.H * d.Tk * d.D, T(0));
+  std::fill(a.gv, a.gv + d.B * d.H * d.Tk * d.Dv, T(0));
+  const int64_t BH = d.B * d.H;
+  if (BH >= get_num_threads()) {
+    // Enough heads for every thread: one task per head, each tile pair visited once.
+    parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
+      BackwardScratch<T> w(dropout);
+      for (int64_t bh = lo; bh < hi; ++bh)
+        for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc)
+          for (int64_t i0 = first_query_tile(j0, a.p.causal); i0 < d.Tq; i0 += kBr)
+            backward_tile(a, w, bh, i0, std::min(kBr, d.Tq - i0), j0, std::min(kBc, d.Tk - j0), true, true);
+    });
+    return;
+  }
+  // Few heads: dK/dV over (head, key tile) tasks, then dQ over (head, query tile) tasks; each
+  // tile pair is recomputed twice so that no two tasks write the same gradient rows.
+  const int64_t kt = (d.Tk + kBc - 1) / kBc, qt = (d.Tq + kBr - 1) / kBr;
+  parallel_for(0, BH * kt, 1, [&](int64_t lo, int64_t hi) {
+    BackwardScratch<T> w(dropout);
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t bh = t / kt, j0 = (t % kt) * kBc;
+      for (int64_t i0 = first_query_tile(j0, a.p.causal); i0 < d.Tq; i0 += kBr)
+        backward_tile(a, w, bh, i0, std::min(kBr, d.Tq - i0), j0, std::min(kBc, d.Tk - j0), true, false);
+    }
+  });
+  parallel_for(0, BH * qt, 1, [&](int64_t lo, int64_t hi) {
+    BackwardScratch<T> w(dropout);
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t bh = t / qt, i0 = (t % qt) * kBr, nr = std::min(kBr, d.Tq - i0);
+      const int64_t jend = a.p.causal ? std::min(d.Tk, i0 + nr) : d.Tk;
+      for (int64_t j0 = 0; j0 < jend; j0 += kBc)
+        backward_tile(a, w, bh, i0, nr, j0, std::min(kBc, d.Tk - j0), false, true);
     }
   });
 }
@@ -238,9 +294,19 @@ void attention_backward_kernel(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, T
   const Dims d = dims_of(q, k, v);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    backward_typed(gqc.data_ptr<T>(), gkc.data_ptr<T>(), gvc.data_ptr<T>(), gmc.defined() ? gmc.data_ptr<T>() : nullptr,
-                   gc.data_ptr<T>(), qc.data_ptr<T>(), kc.data_ptr<T>(), vc.data_ptr<T>(), MaskReader<T>(mc),
-                   oc.data_ptr<T>(), lc.data_ptr<T>(), d, p);
+    const MaskReader<T> mr(mc);
+    // D_i = dO_i . O_i = sum_j P_ij dP_ij (dropout included), the softmax backward's row term.
+    const int64_t rows = d.B * d.H * d.Tq;
+    std::vector<T> dsum(rows);
+    const T *go = gc.data_ptr<T>(), *o = oc.data_ptr<T>();
+    parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(d.Dv, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        dsum[i] = (Eigen::Map<const Arr<T>>(go + i * d.Dv, d.Dv) * Eigen::Map<const Arr<T>>(o + i * d.Dv, d.Dv)).sum();
+    });
+    const BackwardArgs<T> args{gqc.data_ptr<T>(), gkc.data_ptr<T>(), gvc.data_ptr<T>(),
+                               gmc.defined() ? gmc.data_ptr<T>() : nullptr, go, qc.data_ptr<T>(), kc.data_ptr<T>(),
+                               vc.data_ptr<T>(), o, lc.data_ptr<T>(), dsum.data(), &mr, d, p};
+    backward_typed(args);
   };
   if (gmc.defined() && d.Tq * d.Tk > 0) {
     // Entries no tile visits (causal is excluded with a mask, so only fully masked rows) stay 0.

@@ -9,6 +9,7 @@
 #include "core/attention/attention.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "nn/attention.h"
 
 namespace F = kiln::nn::functional;
@@ -188,6 +189,29 @@ TEST_CASE("fused sdpa keeps no [Tq, Tk] probabilities for backward") {
   CHECK(fused_held < probs_bytes / 4);  // output + lse: B*H*T*(D+1) floats
   CHECK(comp_held > probs_bytes);       // the composite saves probabilities (and scores)
   CHECK(fused_peak < comp_peak / 4);
+}
+
+TEST_CASE("fused sdpa gradients are bit-identical whatever the thread count (per-head and per-tile schedules)") {
+  manual_seed(43);
+  Tensor q = randn({1, 2, 150, 16}).requires_grad_(), k = randn({1, 2, 150, 16}).requires_grad_(),
+         v = randn({1, 2, 150, 16}).requires_grad_(), add = randn({150, 150}).requires_grad_();
+  auto grads = [&](int threads, bool causal) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    F::AttentionOptions o;
+    if (causal) o.causal = true;
+    else o.attn_mask = add;
+    F::scaled_dot_product_attention(q, k, v, o).square().sum().backward();
+    set_num_threads(before);
+    std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+    if (!causal) g.push_back(add.grad());
+    for (Tensor t : {q, k, v, add}) t.set_grad(Tensor());
+    return g;
+  };
+  for (bool causal : {true, false}) {
+    auto one = grads(1, causal), four = grads(4, causal);  // 2 heads: per-head with 1 thread, per-tile with 4
+    for (size_t i = 0; i < one.size(); ++i) CHECK(max_diff(one[i], four[i]) == 0.0);
+  }
 }
 
 TEST_CASE("fused sdpa: bad arguments name the op and the values") {
