@@ -2,7 +2,6 @@
 // primitive (core/attention/attention.h); the composite of core ops stays as the reference.
 #include "nn/attention.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/attention/attention.h"
@@ -64,7 +63,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   p.dropout_p = o.dropout_p;
   if (o.dropout_p > 0.0) {
     // The mask's counters are reserved now; backward regenerates it from (seed, offset).
-    const int64_t elements = q.numel() / std::max<int64_t>(q.size(n - 1), 1) * k.size(n - 2);
+    int64_t elements = q.size(n - 2) * k.size(n - 2);  // [B..., H, Tq, Tk] probabilities
+    for (int64_t i = 0; i < n - 2; ++i) elements *= q.size(i);
     const GeneratorState s = (o.generator ? *o.generator : default_generator()).reserve(
         attention_dropout_counters(elements));
     p.seed = s.seed;
