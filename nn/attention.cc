@@ -1,8 +1,10 @@
-// scaled_dot_product_attention: checks its arguments, then (for now) the composite of core ops.
+// scaled_dot_product_attention: checks its arguments, draws the dropout stream, and runs the fused
+// primitive (core/attention/attention.h); the composite of core ops stays as the reference.
 #include "nn/attention.h"
 
 #include <cmath>
 
+#include "core/attention/attention.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "nn/functional.h"
@@ -49,7 +51,26 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  return scaled_dot_product_attention_composite(q, k, v, o);
+  check_attention_args(q, k, v, o);
+  // A device whose backend did not register the fused kernel (a CUDA program that does not link
+  // //cuda:attention) still computes attention, through the composite.
+  if (!kernels::attention_forward.has(q.device().type) || !kernels::attention_backward.has(q.device().type))
+    return scaled_dot_product_attention_composite(q, k, v, o);
+  const int64_t n = q.dim();
+  AttentionParams p;
+  p.scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(n - 1))));
+  p.causal = o.causal;
+  p.dropout_p = o.dropout_p;
+  if (o.dropout_p > 0.0) {
+    // The mask's counters are reserved now; backward regenerates it from (seed, offset).
+    int64_t elements = q.size(n - 2) * k.size(n - 2);  // [B..., H, Tq, Tk] probabilities
+    for (int64_t i = 0; i < n - 2; ++i) elements *= q.size(i);
+    const GeneratorState s = (o.generator ? *o.generator : default_generator()).reserve(
+        attention_dropout_counters(elements));
+    p.seed = s.seed;
+    p.offset = s.offset;
+  }
+  return op::attention(q, k, v, o.attn_mask, p);
 }
 
 }  // namespace kiln::nn::functional

@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "nn/activation.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/attention.h"
 #include "nn/checkpoint.h"
 #include "nn/conv.h"
@@ -10,5 +11,7 @@
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "nn/module_list.h"
+#include "nn/multihead_attention.h"
 #include "nn/norm.h"
 #include "nn/sequential.h"

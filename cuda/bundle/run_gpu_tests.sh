@@ -89,6 +89,7 @@ if [ "$bench" = 1 ]; then
     case "$(basename "$b")" in
       allreduce_bench) run_kiln allreduce_bench "$b" --backend nccl --nproc 1 ;;  # one GPU: NCCL with 1 rank
       amp_bench) run_kiln amp_bench "$b" --device cuda ;;
+      attention_bench) run_kiln attention_bench "$b" --device cuda --dtype bf16 ;;
       *) run_kiln "$(basename "$b")" "$b" ;;
     esac
   done

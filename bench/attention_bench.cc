@@ -1,0 +1,166 @@
+// Scaled-dot-product attention, fused (the flash-style primitive) against the composite of core
+// ops (matmul, softmax, matmul, storing the [T, T] probabilities): forward + backward time and
+// the peak memory of one step above the inputs (CPU: CpuMemoryTracker; CUDA: the caching
+// allocator's peak), causal, at B=4, H=12, D=64 and each --seqs length. Time is the best of
+// --reps runs after a warm-up (shared machines add noise only upwards). Prints a table and one
+// JSON line.
+//   attention_bench [--seqs 256,1024] [--reps 5] [--threads N] [--device cpu|cuda] [--dtype f32|bf16|f16]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/timing.h"
+#include "core/grad_mode.h"
+#include "core/memory/memory_tracker.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+#include "nn/attention.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/allocator.h"
+#include "cuda/device.h"
+#endif
+
+using namespace kiln;
+using kiln::bench::now_s;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+struct Result {
+  double fwd_s = 1e30, step_s = 1e30;
+  size_t peak_bytes = 0;
+};
+
+using Attention = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const F::AttentionOptions&);
+
+void synchronize(Device d) {
+#ifdef KILN_HAVE_CUDA
+  if (d.is_cuda()) cuda::synchronize();
+#endif
+  (void)d;
+}
+
+/// Peak bytes of `step` above what was allocated before it, on `d`.
+size_t step_peak(Device d, const std::function<void()>& step) {
+#ifdef KILN_HAVE_CUDA
+  if (d.is_cuda()) {
+    synchronize(d);
+    const size_t before = cuda::memory_stats(d.index).allocated;
+    cuda::reset_peak_memory_stats(d.index);
+    step();
+    synchronize(d);
+    return cuda::memory_stats(d.index).peak_allocated - before;
+  }
+#endif
+  CpuMemoryTracker tracker;
+  step();
+  return tracker.peak_bytes();
+}
+
+Result measure(Attention attn, Device dev, DType dt, int64_t B, int64_t H, int64_t T, int64_t D, int reps) {
+  auto make = [&] { return randn({B, H, T, D}).to(dev, dt).requires_grad_(); };
+  Tensor q = make(), k = make(), v = make();
+  Tensor g = randn({B, H, T, D}).to(dev, dt);
+  auto step = [&] {
+    Tensor out = attn(q, k, v, {.causal = true});
+    out.backward(g);
+    for (Tensor t : {q, k, v}) t.set_grad(Tensor());
+    synchronize(dev);
+  };
+  Result r;
+  step();  // warm-up (and the allocator's cache)
+  r.peak_bytes = step_peak(dev, step);
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_s();
+    {
+      NoGradGuard ng;
+      attn(q, k, v, {.causal = true});
+      synchronize(dev);
+    }
+    r.fwd_s = std::min(r.fwd_s, now_s() - t0);
+    t0 = now_s();
+    step();
+    r.step_s = std::min(r.step_s, now_s() - t0);
+  }
+  return r;
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> seqs = {256, 1024};
+  int reps = 5;
+  std::string device = "cpu", dtype = "f32";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--seqs")) seqs = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) set_num_threads(std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    else {
+      std::fprintf(stderr, "attention_bench: unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  const DType dt = dtype == "bf16" ? kBFloat16 : dtype == "f16" ? kFloat16 : kFloat32;
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16") {
+    std::fprintf(stderr, "attention_bench: --dtype must be f32, bf16 or f16, got %s\n", dtype.c_str());
+    return 2;
+  }
+  const Device dev(device);
+#ifdef KILN_HAVE_CUDA
+  if (dev.is_cuda() && cuda::device_count() == 0) {
+    std::fprintf(stderr, "attention_bench: no CUDA device\n");
+    return 1;
+  }
+#else
+  if (dev.is_cuda()) {
+    std::fprintf(stderr, "attention_bench: built without CUDA\n");
+    return 1;
+  }
+#endif
+  const int64_t B = 4, H = 12, D = 64;
+  manual_seed(0);
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("attention on {}, {}, causal, B={} H={} D={}, {} threads; best of {}\n", device, dtype, B, H, D,
+             get_num_threads(), reps);
+  fmt::print("{:>6} {:>10} {:>12} {:>12} {:>12} {:>12}\n", "T", "impl", "fwd ms", "fwd+bwd ms", "peak MiB", "");
+  for (int64_t T : seqs) {
+    const Result fused = measure(&F::scaled_dot_product_attention, dev, dt, B, H, T, D, reps);
+    const Result comp = measure(&F::scaled_dot_product_attention_composite, dev, dt, B, H, T, D, reps);
+    for (auto [name, r] : {std::pair{"fused", fused}, std::pair{"composite", comp}})
+      fmt::print("{:>6} {:>10} {:>12.2f} {:>12.2f} {:>12.1f}\n", T, name, r.fwd_s * 1e3, r.step_s * 1e3,
+                 r.peak_bytes / 1048576.0);
+    fmt::print("{:>6} {:>10} {:>11.2f}x {:>11.2f}x {:>11.2f}x  (composite / fused)\n", T, "ratio",
+               comp.fwd_s / fused.fwd_s, comp.step_s / fused.step_s,
+               static_cast<double>(comp.peak_bytes) / std::max<size_t>(fused.peak_bytes, 1));
+    rows.push_back({{"T", T},
+                    {"fused_fwd_ms", fused.fwd_s * 1e3},
+                    {"fused_step_ms", fused.step_s * 1e3},
+                    {"fused_peak_mib", fused.peak_bytes / 1048576.0},
+                    {"composite_fwd_ms", comp.fwd_s * 1e3},
+                    {"composite_step_ms", comp.step_s * 1e3},
+                    {"composite_peak_mib", comp.peak_bytes / 1048576.0}});
+  }
+  nlohmann::json out = {{"bench", "attention"}, {"device", device}, {"dtype", dtype}, {"B", B}, {"H", H}, {"D", D},
+                        {"causal", true},
+                        {"threads", get_num_threads()}, {"rows", rows}};
+  fmt::print("{}\n", out.dump());
+  return 0;
+}

@@ -1,0 +1,229 @@
+// The fused scaled_dot_product_attention against the composite of core ops (forward and
+// backward, f32, shapes whose T is not a multiple of the 64-row tile), f64 gradchecks of every
+// input and option, masks that broadcast, dropout regenerated in backward, and its errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "core/attention/attention.h"
+#include "core/memory/memory_tracker.h"
+#include "core/ops.h"
+#include "core/parallel.h"
+#include "nn/attention.h"
+
+namespace F = kiln::nn::functional;
+using namespace kiln;
+
+namespace {
+
+double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
+double rel_diff(const Tensor& a, const Tensor& b) { return max_diff(a, b) / std::max(1.0, b.abs().max().item<double>()); }
+
+/// Fused and composite agree in f32 on output and on the gradients of q, k, v (and a float mask).
+void check_against_composite(const Shape& qs, const Shape& ks, const Shape& vs, F::AttentionOptions o) {
+  Tensor q = randn(qs).requires_grad_(), k = randn(ks).requires_grad_(), v = randn(vs).requires_grad_();
+  const bool mask_grad = o.attn_mask.defined() && o.attn_mask.dtype() != kBool;
+  if (mask_grad) o.attn_mask.requires_grad_();
+  Tensor fused = F::scaled_dot_product_attention(q, k, v, o);
+  Tensor ref = F::scaled_dot_product_attention_composite(q, k, v, o);
+  REQUIRE(fused.shape() == ref.shape());
+  CHECK(rel_diff(fused, ref) < 1e-5);
+  Tensor w = randn(fused.shape());
+  std::vector<Tensor> inputs = {q, k, v};
+  if (mask_grad) inputs.push_back(o.attn_mask);
+  (fused * w).sum().backward();
+  std::vector<Tensor> g_fused;
+  for (Tensor& t : inputs) g_fused.push_back(t.grad()), t.set_grad(Tensor());
+  (ref * w).sum().backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO("input ", i);
+    CHECK(rel_diff(g_fused[i], inputs[i].grad()) < 1e-4);
+  }
+}
+
+autograd::GradcheckResult check_grad(const std::vector<Tensor>& in, const F::AttentionOptions& o, bool with_mask) {
+  return autograd::gradcheck(
+      [&](const std::vector<Tensor>& x) {
+        F::AttentionOptions oo = o;
+        if (with_mask) oo.attn_mask = x[3];
+        return F::scaled_dot_product_attention(x[0], x[1], x[2], oo);
+      },
+      in);
+}
+
+Tensor rnd64(const Shape& s) { return randn(s, kFloat64).requires_grad_(); }
+
+}  // namespace
+
+TEST_CASE("fused sdpa matches the composite: plain, Tq != Tk, T not a multiple of the tile") {
+  manual_seed(11);
+  check_against_composite({2, 3, 5, 8}, {2, 3, 5, 8}, {2, 3, 5, 8}, {});
+  check_against_composite({2, 2, 70, 16}, {2, 2, 130, 16}, {2, 2, 130, 24}, {});
+  check_against_composite({2, 2, 3, 33, 8}, {2, 2, 3, 100, 8}, {2, 2, 3, 100, 8}, {.scale = 0.3});
+  check_against_composite({1, 129, 32}, {1, 65, 32}, {1, 65, 32}, {});
+  check_against_composite({40, 8}, {64, 8}, {64, 5}, {});
+}
+
+TEST_CASE("fused sdpa matches the composite: causal across tiles") {
+  manual_seed(12);
+  check_against_composite({2, 3, 97, 16}, {2, 3, 97, 16}, {2, 3, 97, 16}, {.causal = true});
+  check_against_composite({1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, {.causal = true, .scale = 0.5});
+}
+
+TEST_CASE("fused sdpa matches the composite: boolean and additive masks that broadcast") {
+  manual_seed(13);
+  Tensor keep = rand({70, 90}) > 0.3;  // every row keeps some key with overwhelming probability
+  keep.slice(1, 0, 1).fill_(true);
+  check_against_composite({2, 3, 70, 8}, {2, 3, 90, 8}, {2, 3, 90, 8}, {.attn_mask = keep});
+  Tensor pad = ones({2, 1, 1, 90}, kBool);
+  pad.slice(0, 1, 2).slice(3, 60, 90).fill_(false);  // key padding: batch 1 has 60 keys
+  check_against_composite({2, 3, 70, 8}, {2, 3, 90, 8}, {2, 3, 90, 8}, {.attn_mask = pad});
+  check_against_composite({2, 3, 70, 8}, {2, 3, 90, 8}, {2, 3, 90, 8}, {.attn_mask = randn({3, 1, 90})});
+  check_against_composite({2, 3, 70, 8}, {2, 3, 90, 8}, {2, 3, 90, 8}, {.attn_mask = randn({2, 3, 70, 90})});
+}
+
+TEST_CASE("fused sdpa gradcheck in f64: q, k, v with Tq != Tk, custom scale") {
+  manual_seed(21);
+  auto r = check_grad({rnd64({1, 2, 5, 3}), rnd64({1, 2, 7, 3}), rnd64({1, 2, 7, 4})}, {.scale = 0.7}, false);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("fused sdpa gradcheck in f64: causal across a tile edge") {
+  manual_seed(22);
+  auto r = check_grad({rnd64({1, 1, 67, 2}), rnd64({1, 1, 67, 2}), rnd64({1, 1, 67, 2})}, {.causal = true}, false);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("fused sdpa gradcheck in f64: additive mask (broadcast over heads) and boolean mask") {
+  manual_seed(23);
+  auto r = check_grad({rnd64({2, 2, 4, 3}), rnd64({2, 2, 6, 3}), rnd64({2, 2, 6, 2}), rnd64({2, 1, 4, 6})}, {}, true);
+  CHECK_MESSAGE(r.ok, r.message);
+  Tensor keep = rand({4, 6}) > 0.4;
+  keep.slice(1, 0, 1).fill_(true);
+  auto r2 = check_grad({rnd64({2, 4, 3}), rnd64({2, 6, 3}), rnd64({2, 6, 2})}, {.attn_mask = keep}, false);
+  CHECK_MESSAGE(r2.ok, r2.message);
+}
+
+TEST_CASE("fused sdpa dropout: the kept mask reproduces it from core ops, forward and backward") {
+  manual_seed(31);
+  Generator gen(99);
+  const GeneratorState s0 = gen.state();
+  Tensor q = randn({2, 2, 70, 8}).requires_grad_(), k = randn({2, 2, 75, 8}).requires_grad_(),
+         v = randn({2, 2, 75, 8}).requires_grad_();
+  Tensor fused = F::scaled_dot_product_attention(q, k, v, {.dropout_p = 0.3, .generator = &gen});
+  CHECK(gen.state().offset == s0.offset + attention_dropout_counters(2 * 2 * 70 * 75));
+  AttentionParams p;
+  p.dropout_p = 0.3;
+  p.seed = s0.seed;
+  p.offset = s0.offset;
+  Tensor keep = attention_dropout_keep_mask(p, 2, 2, 70, 75);
+  const double kept = keep.to(kFloat32).mean().item<double>();
+  CHECK(kept > 0.66);
+  CHECK(kept < 0.74);
+  Tensor probs = softmax(matmul(q, k.transpose(2, 3)) / std::sqrt(8.0), -1);
+  Tensor ref = matmul(where(keep, probs / 0.7, Scalar(0.0)), v);
+  CHECK(rel_diff(fused, ref) < 1e-5);
+  Tensor w = randn(fused.shape());
+  (fused * w).sum().backward();
+  std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+  for (Tensor t : {q, k, v}) t.set_grad(Tensor());
+  (ref * w).sum().backward();
+  CHECK(rel_diff(g[0], q.grad()) < 1e-4);
+  CHECK(rel_diff(g[1], k.grad()) < 1e-4);
+  CHECK(rel_diff(g[2], v.grad()) < 1e-4);
+}
+
+TEST_CASE("fused sdpa dropout gradcheck in f64 (the generator replayed on every call)") {
+  manual_seed(32);
+  Generator gen(5);
+  const GeneratorState s0 = gen.state();
+  auto r = autograd::gradcheck(
+      [&](const std::vector<Tensor>& x) {
+        gen.set_state(s0);
+        return F::scaled_dot_product_attention(x[0], x[1], x[2], {.dropout_p = 0.4, .generator = &gen});
+      },
+      {rnd64({1, 2, 6, 3}), rnd64({1, 2, 6, 3}), rnd64({1, 2, 6, 3})});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("fused sdpa: a query with no key to attend to gives 0 and no gradient (not NaN)") {
+  Tensor keep = ones({3, 4}, kBool);
+  keep.slice(0, 1, 2).fill_(false);
+  Tensor q = randn({1, 3, 2}).requires_grad_(), k = randn({1, 4, 2}).requires_grad_(), v = randn({1, 4, 2});
+  Tensor out = F::scaled_dot_product_attention(q, k, v, {.attn_mask = keep});
+  CHECK(out.slice(1, 1, 2).abs().max().item<double>() == 0.0);
+  CHECK(out.slice(1, 0, 1).abs().max().item<double>() > 0.0);
+  out.sum().backward();
+  CHECK(q.grad().slice(1, 1, 2).abs().max().item<double>() == 0.0);
+  CHECK(!std::isnan(k.grad().sum().item<double>()));
+}
+
+TEST_CASE("fused sdpa runs bf16 and f16 inputs (f32 inside) close to f32") {
+  manual_seed(41);
+  Tensor q = randn({2, 2, 40, 16}), k = randn({2, 2, 40, 16}), v = randn({2, 2, 40, 16});
+  Tensor ref = F::scaled_dot_product_attention(q, k, v, {.causal = true});
+  for (DType dt : {kBFloat16, kFloat16}) {
+    Tensor out = F::scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), {.causal = true});
+    CHECK(out.dtype() == dt);
+    CHECK(max_diff(out.to(kFloat32), ref) < 5e-2);
+  }
+}
+
+TEST_CASE("fused sdpa keeps no [Tq, Tk] probabilities for backward") {
+  manual_seed(42);
+  const int64_t B = 2, H = 2, T = 512, D = 16;
+  Tensor q = randn({B, H, T, D}).requires_grad_(), k = randn({B, H, T, D}).requires_grad_(),
+         v = randn({B, H, T, D}).requires_grad_();
+  const size_t probs_bytes = B * H * T * T * sizeof(float);
+  auto peak_of = [&](auto&& fn) {
+    CpuMemoryTracker tracker;
+    Tensor out = fn();
+    const size_t held = tracker.live_bytes();
+    out.sum().backward();
+    return std::make_pair(held, tracker.peak_bytes());
+  };
+  auto [fused_held, fused_peak] = peak_of([&] { return F::scaled_dot_product_attention(q, k, v, {.causal = true}); });
+  auto [comp_held, comp_peak] =
+      peak_of([&] { return F::scaled_dot_product_attention_composite(q, k, v, {.causal = true}); });
+  CHECK(fused_held < probs_bytes / 4);  // output + lse: B*H*T*(D+1) floats
+  CHECK(comp_held > probs_bytes);       // the composite saves probabilities (and scores)
+  CHECK(fused_peak < comp_peak / 4);
+}
+
+TEST_CASE("fused sdpa gradients are bit-identical whatever the thread count (per-head and per-tile schedules)") {
+  manual_seed(43);
+  Tensor q = randn({1, 2, 150, 16}).requires_grad_(), k = randn({1, 2, 150, 16}).requires_grad_(),
+         v = randn({1, 2, 150, 16}).requires_grad_(), add = randn({150, 150}).requires_grad_();
+  auto grads = [&](int threads, bool causal) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    F::AttentionOptions o;
+    if (causal) o.causal = true;
+    else o.attn_mask = add;
+    F::scaled_dot_product_attention(q, k, v, o).square().sum().backward();
+    set_num_threads(before);
+    std::vector<Tensor> g = {q.grad(), k.grad(), v.grad()};
+    if (!causal) g.push_back(add.grad());
+    for (Tensor t : {q, k, v, add}) t.set_grad(Tensor());
+    return g;
+  };
+  for (bool causal : {true, false}) {
+    auto one = grads(1, causal), four = grads(4, causal);  // 2 heads: per-head with 1 thread, per-tile with 4
+    for (size_t i = 0; i < one.size(); ++i) CHECK(max_diff(one[i], four[i]) == 0.0);
+  }
+}
+
+TEST_CASE("fused sdpa: bad arguments name the op and the values") {
+  Tensor q = randn({2, 2, 4, 8});
+  CHECK_THROWS_WITH(F::scaled_dot_product_attention(q, q, q, {.attn_mask = ones({3, 4}, kBool)}),
+                    doctest::Contains("attn_mask shape [3, 4] does not broadcast to [2, 2, 4, 4]"));
+  CHECK_THROWS_WITH(F::scaled_dot_product_attention(q, q.to(kFloat64), q),
+                    doctest::Contains("must share one floating dtype"));
+  CHECK_THROWS_WITH(F::scaled_dot_product_attention(q, randn({2, 3, 4, 8}), randn({2, 3, 4, 8})),
+                    doctest::Contains("same leading (batch, head) dims"));
+  CHECK_THROWS_WITH(F::scaled_dot_product_attention(q, q, q, {.attn_mask = ones({4, 4}, kInt64)}),
+                    doctest::Contains("attn_mask must be bool or floating, got"));
+  Tensor qi = ones({1, 4, 8}, kInt64);
+  CHECK_THROWS_WITH(F::scaled_dot_product_attention(qi, qi, qi), doctest::Contains("scaled_dot_product_attention"));
+}
