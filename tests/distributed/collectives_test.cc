@@ -120,10 +120,16 @@ TEST_CASE("allreduce of a non-contiguous view writes the result through the view
   test::require_all_ok(results);
 }
 
-TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) on 2 and 3 ranks") {
-  for (int world : {2, 3}) {
-    auto results = test::run_ranks(world, [](int rank, int world) {
+TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) on 2 and 3 ranks, shared memory "
+          "and Gloo's TCP (the ring reduce-scatter)") {
+  for (int world : {2, 3})
+  for (bool shm : {true, false}) {
+    auto results = test::run_ranks(world, [shm](int rank, int world) {
+      setenv("KILN_SHM_ALLREDUCE", shm ? "1" : "0", 1);
       auto pg = dist::init_process_group();
+      auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
+      expect(gloo != nullptr && gloo->uses_shared_memory() == shm, "shared memory in use: {}, wanted {}",
+             gloo && gloo->uses_shared_memory(), shm);
       for (int64_t chunk : {int64_t{1}, int64_t{777}, int64_t{1} << 20}) {
         // Chunk c of rank r's input holds rank_values(r + c); rank `rank` gets the sum over r of chunk `rank`.
         Tensor in = empty({world * chunk}, dtype(kFloat32));
@@ -162,7 +168,7 @@ TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) o
         m = e.what();
       }
       expect(m.find("allgather_into_tensor: the flat tensor has 5 elements") != std::string::npos, "got: {}", m);
-    }, 300, "collectives_flat");
+    }, 300, fmt::format("collectives_flat{}{}", world, shm ? "_shm" : "_tcp"));
     test::require_all_ok(results);
   }
 }
