@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job with --ddp --zero 1: under the launcher it trains as plain --ddp does (same seed,
-# same test loss), its consolidated checkpoint resumes in a plain --ddp run, Open MPI's mpirun
-# starts it with no launcher, and --zero without --ddp is a clear error.
+# same test loss), its consolidated checkpoint resumes in a plain --ddp run, it trains under f16
+# loss scaling and bf16 o2, Open MPI's mpirun starts it with no launcher, and --zero without
+# --ddp is a clear error.
 # Arguments: the launch binary, the mnist binary.
 set -u
 launch="$1"
@@ -29,6 +30,15 @@ awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d
 out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --epochs 3 --resume "$dir/zero.safetensors" 2>&1)
 [ $? -eq 0 ] || fail "plain --ddp resuming the ZeRO checkpoint failed: $out"
 [[ "$out" == *"[rank 0] epoch 3 done"* ]] || fail "the resumed unsharded run did not train epoch 3: $out"
+
+# Mixed precision: f16 loss scaling (each rank checks its shard; the skip is agreed), and o2 (a
+# bf16 model: the wrapped optimizer keeps f32 master copies of this rank's shards only).
+for amp in "--amp f16" "--amp bf16 --amp-mode o2"; do
+  out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --zero 1 --epochs 1 $amp 2>&1)
+  [ $? -eq 0 ] || fail "--zero 1 $amp exited non-zero: $out"
+  acc=$(field "$out" test_accuracy)
+  awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "--zero 1 $amp: test accuracy $acc after 1 epoch (want > 0.5)"
+done
 
 # mpirun starts the ranks; init_process_group reads OMPI_COMM_WORLD_* (MASTER_ADDR defaults to 127.0.0.1).
 if ! command -v mpirun >/dev/null; then
