@@ -62,8 +62,8 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   void load_state_dict(const optim::StateDict& state) override;
 
   /// The state an unsharded run of the wrapped optimizer would have (its state_dict layout,
-  /// parameters indexed by their position in the groups), on every rank. A collective. Master
-  /// weights are not included.
+  /// parameters indexed by their position in the groups, master copies included), on every
+  /// rank. A collective.
   optim::StateDict consolidated_state_dict();
   /// Loads such a state (from an unsharded optimizer or consolidated_state_dict()): each rank
   /// keeps its shard. Validates everything before changing anything. Not a collective.

@@ -2,6 +2,7 @@
 // unsharded optimizer (state.<i>.<name> shaped as parameter i), and such a state cut back into
 // this rank's shard. Both sides go bucket by bucket: a bucket's flat padded buffer is the
 // concatenation of its parameters, chunk r of it rank r's shard.
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -33,8 +34,11 @@ optim::StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
   for (int64_t k = 0; k < inner_->num_params(); ++k) {
     const ZeroBucket& b = reducer_->buckets()[bucket_at_[k]];
     // Every rank's shard of a bucket has stepped as often (its gradient is always defined), so
-    // every rank walks the same names in the same order here.
-    for (const auto& [name, t] : inner_->state(k)) {
+    // every rank walks the same names in the same order here. A master copy (f16/bf16 shards
+    // under master weights) is gathered as one more field, "master.<i>" shaped as parameter i.
+    std::map<std::string, Tensor> fields = inner_->state(k);
+    if (inner_->master(k).defined()) fields[""] = inner_->master(k);
+    for (const auto& [name, t] : fields) {
       Tensor full;
       if (t.dim() > 0) {
         full = empty({b.shard_numel * world}, TensorOptions().dtype(t.dtype()).device(t.device()));
@@ -43,8 +47,9 @@ optim::StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
       for (size_t s = 0; s < b.params.size(); ++s) {
         const size_t pi = b.params[s];
         const Tensor& p = reducer_->params()[pi];
-        out[state_key(global_index_[pi], name)] =
-            t.dim() == 0 ? t.clone() : full.narrow(0, b.offsets[s], p.numel()).view(p.sizes()).clone();
+        const std::string key = name.empty() ? "master." + std::to_string(global_index_[pi])
+                                             : state_key(global_index_[pi], name);
+        out[key] = t.dim() == 0 ? t.clone() : full.narrow(0, b.offsets[s], p.numel()).view(p.sizes()).clone();
       }
     }
   }
@@ -80,22 +85,26 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::StateDic
   const int world = pg_->size();
   for (int64_t k = 0; k < inner_->num_params(); ++k) {
     const ZeroBucket& b = reducer_->buckets()[bucket_at_[k]];
-    std::set<std::string> names;
+    std::set<std::string> names;  // "" stands for the master copy
     for (size_t pi : b.params) {
       const std::string prefix = "state." + std::to_string(global_index_[pi]) + ".";
       for (auto it = sd.lower_bound(prefix); it != sd.end() && it->first.rfind(prefix, 0) == 0; ++it)
         names.insert(it->first.substr(prefix.size()));
+      if (sd.count("master." + std::to_string(global_index_[pi]))) names.insert("");
     }
     for (const std::string& field : names) {
+      auto key_of = [&](size_t pi) {
+        return field.empty() ? "master." + std::to_string(global_index_[pi]) : state_key(global_index_[pi], field);
+      };
       Tensor flat, step;
       for (size_t s = 0; s < b.params.size(); ++s) {
         const size_t pi = b.params[s];
         const Tensor& p = reducer_->params()[pi];
-        const std::string key = state_key(global_index_[pi], field);
+        const std::string key = key_of(pi);
         auto it = sd.find(key);
         if (it == sd.end())
           bad(fmt::format("'{}' (parameter '{}') is missing, but parameters sharing its bucket have '{}'", key,
-                          reducer_->names()[pi], field));
+                          reducer_->names()[pi], field.empty() ? "master copies" : field));
         used.insert(key);
         const Tensor& t = it->second;
         if (t.dim() == 0) {
@@ -111,14 +120,12 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::StateDic
         if (!flat.defined()) flat = zeros({b.shard_numel * world}, dtype(t.dtype()));
         flat.narrow(0, b.offsets[s], p.numel()).copy_(t.reshape({-1}));
       }
-      in[state_key(k, field)] = step.defined() ? step : flat.narrow(0, rank * b.shard_numel, b.shard_numel).clone();
+      in[field.empty() ? "master." + std::to_string(k) : state_key(k, field)] =
+          step.defined() ? step : flat.narrow(0, rank * b.shard_numel, b.shard_numel).clone();
     }
   }
   for (const auto& [key, t] : sd)
-    if (!used.count(key))
-      bad(fmt::format("unexpected key '{}'{}", key,
-                      key.rfind("master.", 0) == 0 ? " (master weights are not consolidated; load without them)"
-                                                    : ""));
+    if (!used.count(key)) bad(fmt::format("unexpected key '{}'", key));
   try {
     inner_->load_state_dict(in);
   } catch (const Error& e) {
