@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job with --ddp --zero 1: under the launcher it trains as plain --ddp does (same seed,
 # same test loss), its consolidated checkpoint resumes in a plain --ddp run, it trains under f16
-# loss scaling and bf16 o2, Open MPI's mpirun starts it with no launcher, and --zero without
-# --ddp is a clear error.
+# loss scaling and bf16 o2, Open MPI's mpirun and hand-set srun variables start it with no
+# launcher, and --zero without --ddp is a clear error.
 # Arguments: the launch binary, the mnist binary.
 set -u
 launch="$1"
@@ -50,6 +50,16 @@ else
   [ $? -eq 0 ] || fail "mpirun -np 2 mnist --ddp --zero 1 failed: $out"
   [[ "$out" == *'"world_size":2'* ]] || fail "mpirun: the JSON line does not say world_size 2: $out"
 fi
+
+# srun's variables, set by hand (no Slurm here): the two ranks find each other through them alone.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  env -u RANK -u WORLD_SIZE -u MASTER_ADDR SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r \
+      SLURM_NODELIST='127.0.0.1' MASTER_PORT=$port timeout 300 "$mnist" "${common[@]}" --zero 1 --epochs 1 \
+      >"$dir/slurm$r.out" 2>&1 &
+done
+wait
+grep -q '"world_size":2' "$dir/slurm0.out" || { fail "hand-set SLURM_* run:"; cat "$dir/slurm0.out" "$dir/slurm1.out"; }
 
 err=$("$mnist" --zero 1 --epochs 1 2>&1 >/dev/null)
 [[ "$err" == *"--zero 1 shards the optimizer state over data-parallel ranks: add --ddp"* ]] ||
