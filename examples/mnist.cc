@@ -69,6 +69,9 @@ struct Flags {
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch, srun or mpirun");
     app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards the optimizer state over the ranks")
         ->check(cli::range(0, 1));
+    app.add_option("--zero-checkpoint", c.zero_checkpoint,
+                   "with --zero 1: consolidated (resumable by any run) or sharded (a file per rank, same world size)")
+        ->check(cli::one_of({"consolidated", "sharded"}));
     app.add_option("--pipeline-stages", c.pipeline_stages,
                    "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
         ->check(cli::range(1, 64));

@@ -192,7 +192,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       state.rng = default_generator().state();
       mp.save(state);
       if (zero)
-        dist::save_zero_checkpoint(c.save, *model, *zero, state);  // consolidated: resumable unsharded too
+        dist::save_zero_checkpoint(c.save, *model, *zero, state,
+                                   c.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
+                                                                  : dist::ZeroCheckpointKind::kConsolidated);
       else if (pg)
         dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
       else

@@ -31,6 +31,18 @@ out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --epochs 3 --resum
 [ $? -eq 0 ] || fail "plain --ddp resuming the ZeRO checkpoint failed: $out"
 [[ "$out" == *"[rank 0] epoch 3 done"* ]] || fail "the resumed unsharded run did not train epoch 3: $out"
 
+# A sharded checkpoint: a file per rank beside the main one, resumed by a ZeRO run of the same size.
+out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --zero 1 --zero-checkpoint sharded \
+      --save "$dir/sharded.safetensors" --stop-after-epochs 1 2>&1)
+[ $? -eq 0 ] || fail "--zero-checkpoint sharded exited non-zero: $out"
+for r in 0 1; do
+  [ -f "$dir/sharded.safetensors.zero-shard-$r-of-2" ] || fail "no shard file for rank $r: $(ls "$dir")"
+done
+out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --zero 1 --resume "$dir/sharded.safetensors" 2>&1)
+[ $? -eq 0 ] || fail "resuming the sharded checkpoint failed: $out"
+[[ "$out" == *"[rank 0] resumed from $dir/sharded.safetensors at epoch 1"* && "$out" == *"[rank 0] epoch 2 done"* ]] ||
+  fail "the sharded checkpoint did not resume into epoch 2: $out"
+
 # Mixed precision: f16 loss scaling (each rank checks its shard; the skip is agreed), and o2 (a
 # bf16 model: the wrapped optimizer keeps f32 master copies of this rank's shards only).
 for amp in "--amp f16" "--amp bf16 --amp-mode o2"; do
