@@ -78,6 +78,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     if (!p.requires_grad()) continue;
     names.push_back(name);
     params.push_back(p);
+    trained_.emplace_back(name, p);
   }
   ReducerOptions r;
   r.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb * (1 << 20));
@@ -85,6 +86,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   r.find_unused_parameters = options.find_unused_parameters;
   r.overlap = options.overlap;
   reducer_ = Reducer::create(std::move(names), std::move(params), pg_, r);
+}
+
+void DistributedDataParallel::set_gradient_reducer(std::shared_ptr<GradientReducer> reducer) {
+  KILN_CHECK(reducer != nullptr, "DistributedDataParallel::set_gradient_reducer: the reducer is null");
+  reducer_ = std::move(reducer);
 }
 
 void DistributedDataParallel::adopt_model_entries() {

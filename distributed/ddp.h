@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/process_group.h"
@@ -74,8 +75,17 @@ class DistributedDataParallel : public nn::Module {
   /// several forwards (under no_sync) before their backwards, such as pipeline schedules.
   void prepare_for_backward() { reducer_->prepare_for_backward(); }
 
+  /// Replaces the all-reducing gradient reducer (ZeroRedundancyOptimizer installs its
+  /// reduce-scattering one here); the old reducer's hooks go quiet once it is released.
+  void set_gradient_reducer(std::shared_ptr<GradientReducer> reducer);
+  /// The parameters that get gradients, with their names, in registration order (what the
+  /// reducer buckets).
+  const std::vector<std::pair<std::string, Tensor>>& trained_parameters() const { return trained_; }
+
   nn::Module& module() { return *module_; }
   ProcessGroup& process_group() { return *pg_; }
+  const std::shared_ptr<ProcessGroup>& shared_process_group() const { return pg_; }
+  const DDPOptions& options() const { return options_; }
   /// Communication timings of the last synchronised backward.
   const ReducerStats& stats() const { return reducer_->stats(); }
   /// Parameter names per gradient bucket, in the order their all-reduces are launched.
@@ -89,7 +99,8 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
   DDPOptions options_;
-  std::shared_ptr<Reducer> reducer_;
+  std::vector<std::pair<std::string, Tensor>> trained_;
+  std::shared_ptr<GradientReducer> reducer_;
   bool sync_ = true;
   bool sync_buffers_ = false;  // broadcast rank 0's buffers before each forward (there are some)
 };

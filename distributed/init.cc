@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "distributed/gloo_backend.h"
+#include "distributed/job_env.h"
 #include "distributed/rendezvous.h"
 
 namespace kiln::dist {
@@ -70,6 +71,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                options.backend);
     factory = it->second;
   }
+  if (options.init_method == "env://" && options.rank < 0) apply_scheduler_env();  // srun, mpirun
   Rendezvous rv = rendezvous(options.init_method, options.rank, options.world_size, options.timeout);
   std::shared_ptr<ProcessGroup> pg =
       factory ? factory(rv.store, rv.rank, rv.world_size, options.timeout)
@@ -144,6 +146,9 @@ void destroy_process_group() {
   g_default = nullptr;
 }
 
-bool launched_with_world() { return std::atoi(env_or("WORLD_SIZE", "1").c_str()) > 1; }
+bool launched_with_world() {
+  apply_scheduler_env();  // srun and mpirun say it in their own variables
+  return std::atoi(env_or("WORLD_SIZE", "1").c_str()) > 1;
+}
 
 }  // namespace kiln::dist

@@ -16,7 +16,7 @@ struct InitOptions {
   /// "gloo" (CPU tensors; CUDA tensors staged through the host) or "nccl" (CUDA tensors).
   std::string backend = "gloo";
   /// "env://" reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (what //distributed:launch
-  /// sets); "tcp://host:port" and "file:///path" take rank and world_size from here or the env.
+  /// sets; under srun or mpirun they are derived from the scheduler's variables, job_env.h); "tcp://host:port" and "file:///path" take rank and world_size from here or the env.
   std::string init_method = "env://";
   int rank = -1;
   int world_size = -1;
@@ -41,7 +41,8 @@ void destroy_process_group();
 /// backend and timeout as the default group.
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
-/// True when the environment describes a multi-process job (WORLD_SIZE set and > 1).
+/// True when the environment describes a multi-process job (WORLD_SIZE set and > 1, after what
+/// srun's or mpirun's variables imply: distributed/job_env.h).
 bool launched_with_world();
 
 /// How a backend other than Gloo plugs in (//distributed:nccl registers "nccl" when linked):

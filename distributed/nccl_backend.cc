@@ -321,6 +321,33 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor output, std::vector<Tensor> inpu
   });
 }
 
+WorkPtr ProcessGroupNCCL::reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) {
+  check_cuda_tensor("reduce_scatter_tensor", output, impl_->device);
+  check_cuda_tensor("reduce_scatter_tensor", input, impl_->device);
+  KILN_CHECK(input.dtype() == output.dtype() && input.numel() == output.numel() * size_,
+             "reduce_scatter_tensor: input {} {} does not hold {} chunks of the output's {} {}", input.shape_str(),
+             input.dtype(), size_, output.shape_str(), output.dtype());
+  const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter_tensor");
+  const ncclRedOp_t red = nccl_op(op);
+  return run(*impl_, "reduce_scatter_tensor", {output, input}, [&](cudaStream_t s) {
+    return ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type, red,
+                             impl_->comm, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::allgather_into_tensor(Tensor output, Tensor input) {
+  check_cuda_tensor("allgather_into_tensor", output, impl_->device);
+  check_cuda_tensor("allgather_into_tensor", input, impl_->device);
+  KILN_CHECK(input.dtype() == output.dtype() && output.numel() == input.numel() * size_,
+             "allgather_into_tensor: output {} {} does not hold {} chunks of the input's {} {}", output.shape_str(),
+             output.dtype(), size_, input.shape_str(), input.dtype());
+  const ncclDataType_t type = nccl_type(input.dtype(), "allgather_into_tensor");
+  return run(*impl_, "allgather_into_tensor", {output, input}, [&](cudaStream_t s) {
+    return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()), type, impl_->comm,
+                         s);
+  });
+}
+
 void ProcessGroupNCCL::check_peer(const char* op, const Tensor& t, int peer) const {
   check_cuda_tensor(op, t, impl_->device);
   KILN_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}: peer {} is invalid for rank {} of {}", op, peer, rank_,

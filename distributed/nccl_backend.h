@@ -27,6 +27,9 @@ class ProcessGroupNCCL final : public ProcessGroup {
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
   WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) override;
   WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override;
+  /// Straight ncclReduceScatter / ncclAllGather on the flat tensors (no packing copies).
+  WorkPtr reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override;
+  WorkPtr allgather_into_tensor(Tensor output, Tensor input) override;
   WorkPtr send(Tensor t, int dst, int tag) override;
   WorkPtr recv(Tensor t, int src, int tag) override;
   /// Sends `send_t` to `dst` and receives `recv_t` from `src` in one NCCL group, so that ranks

@@ -77,6 +77,14 @@ class ProcessGroup {
   virtual WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) = 0;
   /// output = reduction over ranks of inputs[rank()] (size() inputs, each shaped like output).
   virtual WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op = ReduceOp::kSum) = 0;
+  /// The flat forms ZeRO's buckets use (torch's reduce_scatter_tensor / all_gather_into_tensor):
+  /// `input` holds size() equal chunks back to back; `output` (shaped like one chunk, same dtype)
+  /// receives the reduction of chunk rank() over ranks. `input` is left as it was. The default
+  /// goes through reduce_scatter with views; a backend with a flat primitive overrides it.
+  virtual WorkPtr reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op = ReduceOp::kSum);
+  /// `output` (size() chunks back to back, each shaped like `input` flattened) receives every
+  /// rank's `input` in rank order.
+  virtual WorkPtr allgather_into_tensor(Tensor output, Tensor input);
   /// Point to point; a send matches the recv on `dst` with the same tag.
   virtual WorkPtr send(Tensor t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(Tensor t, int src, int tag = 0) = 0;

@@ -36,7 +36,21 @@ struct ReducerStats {
   double exposed_seconds = 0;  // time backward waited for communication after the graph walk
 };
 
-class Reducer : public std::enable_shared_from_this<Reducer> {
+/// What DistributedDataParallel drives during a step: the all-reducing Reducer below, or ZeRO's
+/// reduce-scattering one (distributed/zero_reducer.h), which a ZeroRedundancyOptimizer installs.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  /// Arms the next backward (a synchronised forward).
+  virtual void prepare_for_backward() = 0;
+  /// The next backward accumulates locally (no_sync).
+  virtual void disarm() = 0;
+  virtual const ReducerStats& stats() const = 0;
+  /// Parameter names per bucket, in launch order.
+  virtual std::vector<std::vector<std::string>> bucket_names() const = 0;
+};
+
+class Reducer final : public GradientReducer, public std::enable_shared_from_this<Reducer> {
  public:
   /// Builds the buckets and registers a gradient hook on every parameter (the hooks hold the
   /// reducer weakly: they do nothing once it is gone).
@@ -46,12 +60,12 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   Reducer& operator=(const Reducer&) = delete;
 
   /// Arms the reducer for the next backward (called by DDP's forward in a synchronised step).
-  void prepare_for_backward();
+  void prepare_for_backward() override;
   /// Disarms it: the next backward accumulates locally (no_sync).
-  void disarm() { armed_ = false; }
-  const ReducerStats& stats() const { return stats_; }
+  void disarm() override { armed_ = false; }
+  const ReducerStats& stats() const override { return stats_; }
   /// Parameter names per bucket, in launch order.
-  std::vector<std::vector<std::string>> bucket_names() const;
+  std::vector<std::vector<std::string>> bucket_names() const override;
 
  private:
   Reducer(std::vector<std::string> names, std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg,

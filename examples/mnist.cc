@@ -22,7 +22,8 @@ constexpr const char* kAmpNotes = R"(
 --amp f16|bf16 runs matmul/conv in f16/bf16 under autocast (f16 with dynamic loss scaling);
 --amp-mode o2 converts the model to that dtype with f32 master weights in the optimizer.
 --matmul-precision high allows TF32 tensor cores for f32 GEMMs and convolutions on GPUs.
---ddp trains on the ranks started by //distributed:launch (--batch-size is per rank; Gloo on CPU).
+--ddp trains on the ranks started by //distributed:launch, srun or mpirun (--batch-size is per
+rank; Gloo on CPU); --zero 1 adds ZeRO stage 1 (each rank keeps 1/N of the optimizer state).
 --pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
 (--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
 job runs P stages x (world / P) data-parallel replicas.
@@ -65,7 +66,12 @@ struct Flags {
         ->check(cli::one_of({"o1", "o2"}));
     app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
         ->check(cli::one_of({"highest", "high"}));
-    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch, srun or mpirun");
+    app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards the optimizer state over the ranks")
+        ->check(cli::range(0, 1));
+    app.add_option("--zero-checkpoint", c.zero_checkpoint,
+                   "with --zero 1: consolidated (resumable by any run) or sharded (a file per rank, same world size)")
+        ->check(cli::one_of({"consolidated", "sharded"}));
     app.add_option("--pipeline-stages", c.pipeline_stages,
                    "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
         ->check(cli::range(1, 64));

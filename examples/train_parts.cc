@@ -13,9 +13,14 @@
 namespace kiln::examples {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
-  if (c.optimizer == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr).set_momentum(0.9));
-  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr));
-  return std::make_unique<optim::AdamW>(params, optim::AdamOptions(c.lr).set_weight_decay(0.01));
+  return make_optimizer(c, std::vector<optim::ParamGroup>{optim::ParamGroup(params)});
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<optim::ParamGroup> groups) {
+  if (c.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions(c.lr).set_momentum(0.9));
+  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions(c.lr));
+  return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamOptions(c.lr).set_weight_decay(0.01));
 }
 
 Datasets load_datasets(const TrainConfig& c) {

@@ -19,6 +19,8 @@ namespace kiln::examples {
 
 /// SGD with momentum 0.9, Adam, or AdamW with weight decay 0.01, at config.lr.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std::vector<Tensor>& params);
+/// The same optimizer over given groups (what ZeRO wraps around its shards).
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<optim::ParamGroup> groups);
 
 struct Datasets {
   std::shared_ptr<data::Dataset> train;  // the first limit_train images when set

@@ -11,6 +11,10 @@
 #include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
+#include "distributed/job_env.h"
+#include "distributed/scaler_sync.h"
+#include "distributed/zero.h"
+#include "distributed/zero_checkpoint.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "examples/pipeline_trainer.h"
@@ -60,6 +64,8 @@ std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   TrainConfig c = config;
+  KILN_CHECK(c.zero == 0 || c.pipeline_stages == 1, "--zero 1 is for data parallel alone, not with --pipeline-stages {}",
+             c.pipeline_stages);
   if (c.pipeline_stages > 1) return train_pipeline(config, log);
   if (c.ddp) c.device = rank_device(c, "--ddp");
   if (c.threads > 0) set_num_threads(c.threads);
@@ -72,21 +78,28 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   model->to(c.device);
   MixedPrecision mp(c.amp, c.amp_mode);
   mp.prepare_model(*model);
-  auto opt = make_optimizer(c, model->parameters());
-  mp.prepare_optimizer(*opt);
+  KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
+  KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
+  // Under ZeRO the optimizer wraps the shards DDP's reducer makes: it is built after DDP below.
+  std::unique_ptr<optim::Optimizer> opt;
+  if (c.zero == 0) {
+    opt = make_optimizer(c, model->parameters());
+    mp.prepare_optimizer(*opt);
+  }
 
   // Data parallel: join the job; only rank 0 speaks.
   std::shared_ptr<dist::ProcessGroup> pg;
+  if (c.ddp) dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
-             "--nproc-per-node N -- <mnist binary> --ddp ...`");
+             "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
   if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;
 
   nn::TrainingState state;
-  if (!c.resume.empty()) {
+  if (!c.resume.empty() && c.zero == 0) {
     state = pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get())
                : nn::load_checkpoint(c.resume, *model, opt.get());
     mp.load(state);
@@ -102,6 +115,22 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     // whose stages hold different gradients, share the flag (pipeline_trainer.cc).
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
+  }
+  dist::ZeroRedundancyOptimizer* zero = nullptr;
+  if (c.zero == 1) {
+    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        *ddp, [&](std::vector<optim::ParamGroup> groups) { return make_optimizer(c, std::move(groups)); });
+    mp.prepare_optimizer(z->inner());        // o2 master weights: f32 copies of this rank's shards only
+    dist::share_found_inf(mp.scaler(), pg);  // each rank checks only its shard's gradients
+    if (!c.resume.empty()) {
+      state = dist::load_zero_checkpoint(c.resume, *model, *z);
+      mp.load(state);
+      out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+    }
+    out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
+                       z->reducer().buckets().size(), world);
+    zero = z.get();
+    opt = std::move(z);
   }
   // What the loop runs: the model, or the same model under data parallel (same names, same state).
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
@@ -162,7 +191,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       state.epoch = epoch + 1;
       state.rng = default_generator().state();
       mp.save(state);
-      if (pg)
+      if (zero)
+        dist::save_zero_checkpoint(c.save, *model, *zero, state,
+                                   c.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
+                                                                  : dist::ZeroCheckpointKind::kConsolidated);
+      else if (pg)
         dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
       else
         nn::save_checkpoint(c.save, *model, opt.get(), state);

@@ -42,6 +42,13 @@ struct TrainConfig {
   /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
   /// and writes checkpoints.
   bool ddp = false;
+  /// ZeRO stage under `ddp`: 0 (off) or 1, each rank keeping 1/N of the optimizer state
+  /// (dist::ZeroRedundancyOptimizer: gradients reduce-scattered, parameters all-gathered).
+  /// Checkpoints are saved consolidated, so an unsharded run resumes them and vice versa.
+  int zero = 0;
+  /// How --zero 1 saves: "consolidated" (one ordinary checkpoint) or "sharded" (each rank writes
+  /// its part of the optimizer state beside the file; resumes only at the same world size).
+  std::string zero_checkpoint = "consolidated";
   /// Pipeline parallel (examples/pipeline_trainer.h): the model split into this many stages, one
   /// per rank of the job (with `ddp`, world = stages x replicas); 1: no pipeline.
   int pipeline_stages = 1;

@@ -28,12 +28,14 @@ template <class T> bool parse_int(const std::string& s, T& out) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Module& model, const optim::Optimizer* opt,
-                     const TrainingState& state) {
+namespace {
+
+void save(const std::string& path, const Module& model, const optim::StateDict* optim_state,
+          const std::string& optim_name, const TrainingState& state) {
   std::map<std::string, Tensor> tensors;
   for (auto& [name, t] : model.state_dict()) tensors[kModelPrefix + name] = t;
-  if (opt)
-    for (auto& [key, t] : opt->state_dict()) tensors[kOptimPrefix + key] = t;
+  if (optim_state)
+    for (auto& [key, t] : *optim_state) tensors[kOptimPrefix + key] = t;
   std::map<std::string, std::string> meta = {
       {kFormatKey, kFormat},
       {"kiln.step", std::to_string(state.step)},
@@ -44,9 +46,23 @@ void save_checkpoint(const std::string& path, const Module& model, const optim::
       // The Hugging Face convention, so torch-side loaders know the layout.
       {"format", "pt"},
   };
-  if (opt) meta["kiln.optimizer"] = opt->name();
+  if (optim_state) meta["kiln.optimizer"] = optim_name;
   for (const auto& [key, value] : state.extra) meta[kExtraPrefix + key] = value;
   save_safetensors(path, tensors, meta);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Module& model, const optim::Optimizer* opt,
+                     const TrainingState& state) {
+  if (!opt) return save(path, model, nullptr, "", state);
+  const optim::StateDict sd = opt->state_dict();
+  save(path, model, &sd, opt->name(), state);
+}
+
+void save_checkpoint(const std::string& path, const Module& model, const optim::StateDict& optim_state,
+                     const std::string& optim_name, const TrainingState& state) {
+  save(path, model, &optim_state, optim_name, state);
 }
 
 TrainingState load_checkpoint(const std::string& path, Module& model, optim::Optimizer* opt, Generator* rng) {

@@ -31,6 +31,11 @@ struct TrainingState {
 void save_checkpoint(const std::string& path, const Module& model, const optim::Optimizer* opt,
                      const TrainingState& state);
 
+/// As above, with the optimizer's state given as a state_dict and its name (for optimizers whose
+/// state is assembled elsewhere, such as ZeRO's consolidated state).
+void save_checkpoint(const std::string& path, const Module& model, const optim::StateDict& optim_state,
+                     const std::string& optim_name, const TrainingState& state);
+
 /// Restores a checkpoint into `model` (strict: same keys and shapes; floating tensors may be
 /// saved in another floating dtype), `opt` (when not null; the file must then hold optimizer
 /// state) and `rng` (when not null: set to the saved generator state), and returns the saved

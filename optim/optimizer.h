@@ -90,14 +90,16 @@ class Optimizer {
   ///   "state.<i>.<name>"           per-parameter state of the parameter at global index i
   ///                                (buffers shaped as the parameter; "step" a 0-dim f64);
   ///   "master.<i>"                 with master weights: the f32 copy of parameter i.
-  StateDict state_dict() const;
+  /// Virtual so that an optimizer whose state is spread over processes (dist's ZeRO) can refuse
+  /// a local snapshot that would silently hold only its own part.
+  virtual StateDict state_dict() const;
   /// Restores a state_dict taken from an optimizer of the same kind over parameters of the same
   /// shapes in the same group layout. Throws naming the missing/unexpected key or the shape
   /// mismatch; nothing changes unless every check passes. Buffers are copied to each
   /// parameter's device and dtype (f32 for a parameter with a master copy). With master weights
   /// on, a low-precision parameter the state holds no "master.<i>" for takes a fresh copy of
   /// itself at its next step.
-  void load_state_dict(const StateDict& state);
+  virtual void load_state_dict(const StateDict& state);
 
   /// Per-parameter state of the parameter at global index i (empty before its first step).
   const std::map<std::string, Tensor>& state(int64_t index) const;

@@ -120,6 +120,59 @@ TEST_CASE("allreduce of a non-contiguous view writes the result through the view
   test::require_all_ok(results);
 }
 
+TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) on 2 and 3 ranks, shared memory "
+          "and Gloo's TCP (the ring reduce-scatter)") {
+  for (int world : {2, 3})
+  for (bool shm : {true, false}) {
+    auto results = test::run_ranks(world, [shm](int rank, int world) {
+      setenv("KILN_SHM_ALLREDUCE", shm ? "1" : "0", 1);
+      auto pg = dist::init_process_group();
+      auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
+      expect(gloo != nullptr && gloo->uses_shared_memory() == shm, "shared memory in use: {}, wanted {}",
+             gloo && gloo->uses_shared_memory(), shm);
+      for (int64_t chunk : {int64_t{1}, int64_t{777}, int64_t{1} << 20}) {
+        // Chunk c of rank r's input holds rank_values(r + c); rank `rank` gets the sum over r of chunk `rank`.
+        Tensor in = empty({world * chunk}, dtype(kFloat32));
+        for (int c = 0; c < world; ++c) in.narrow(0, c * chunk, chunk).copy_(rank_values(rank + c, chunk, kFloat32));
+        Tensor before = in.clone();
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          Tensor out = zeros({chunk}, dtype(kFloat32));
+          pg->reduce_scatter_tensor(out, in, op)->wait();
+          Tensor want = rank_values(rank, chunk, kFloat64);
+          for (int src = 1; src < world; ++src) {
+            Tensor v = rank_values(src + rank, chunk, kFloat64);
+            want = op == ReduceOp::kMax ? maximum(want, v) : want + v;
+          }
+          if (op == ReduceOp::kAvg) want = want / world;
+          expect_equal(out, want.to(kFloat32), fmt::format("reduce_scatter_tensor {} chunk={}", dist::reduce_op_name(op), chunk));
+          expect_equal(in, before, "reduce_scatter_tensor left its input as it was");
+        }
+        Tensor all = zeros({world * chunk}, dtype(kFloat64));
+        pg->allgather_into_tensor(all, rank_values(rank, chunk, kFloat64))->wait();
+        for (int r = 0; r < world; ++r)
+          expect_equal(all.narrow(0, r * chunk, chunk), rank_values(r, chunk, kFloat64),
+                       fmt::format("allgather_into_tensor chunk={} slot {}", chunk, r));
+      }
+      // A flat tensor that is not size() chunks is named with both sizes.
+      std::string m;
+      try {
+        pg->reduce_scatter_tensor(zeros({4}), zeros({4 * world + 1}));
+      } catch (const Error& e) {
+        m = e.what();
+      }
+      expect(m.find("reduce_scatter_tensor: the flat tensor has") != std::string::npos, "got: {}", m);
+      try {
+        pg->allgather_into_tensor(zeros({5}), zeros({2}));
+        m = "";
+      } catch (const Error& e) {
+        m = e.what();
+      }
+      expect(m.find("allgather_into_tensor: the flat tensor has 5 elements") != std::string::npos, "got: {}", m);
+    }, 300, fmt::format("collectives_flat{}{}", world, shm ? "_shm" : "_tcp"));
+    test::require_all_ok(results);
+  }
+}
+
 TEST_CASE("broadcast, reduce, allgather, reduce_scatter, send/recv and barrier on 3 ranks") {
   auto results = test::run_ranks(3, [](int rank, int world) {
     auto pg = dist::init_process_group();

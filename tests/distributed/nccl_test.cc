@@ -19,6 +19,11 @@
 #include "cuda/device.h"
 #include "distributed/file_store.h"
 #include "distributed/nccl_backend.h"
+#include "distributed/zero.h"
+#include "nn/nn.h"
+#include "optim/adam.h"
+#include "core/generator.h"
+#include "core/grad_mode.h"
 #endif
 
 namespace kiln {
@@ -61,8 +66,67 @@ void check_collectives(int rank, int world) {
     for (int r = 0; r < world; ++r) outs.push_back(zeros({n}).to(gpu));
     pg->allgather(outs, full({n}, rank * 1.0).to(gpu))->wait();
     for (int r = 0; r < world; ++r) expect(outs[r].cpu().max().item<float>() == r, "allgather slot {}", r);
+    // ZeRO's flat forms: chunk c of every rank's input is c + 1, so rank r receives world * (r + 1).
+    Tensor flat = empty({world * n}).to(gpu), chunk = zeros({n}).to(gpu);
+    for (int c = 0; c < world; ++c) flat.narrow(0, c * n, n).fill_(c + 1.0);
+    pg->reduce_scatter_tensor(chunk, flat, dist::ReduceOp::kSum)->wait();
+    expect(chunk.cpu().min().item<float>() == world * (rank + 1.0f) && chunk.cpu().max().item<float>() == world * (rank + 1.0f),
+           "reduce_scatter_tensor n={}: {}", n, chunk.cpu().min().item<float>());
+    Tensor gathered = zeros({world * n}).to(gpu);
+    pg->allgather_into_tensor(gathered, full({n}, rank * 1.0).to(gpu))->wait();
+    for (int r = 0; r < world; ++r)
+      expect(gathered.narrow(0, r * n, n).cpu().max().item<float>() == r, "allgather_into_tensor slot {}", r);
   }
   pg->barrier()->wait();
+}
+
+void use_one_gpu();
+
+// ZeRO-1 on the GPU over NCCL against DDP with the same Adam: four steps, then the parameters, the
+// state bytes per rank and the consolidated state (all-gathered on the GPU).
+void check_zero(int rank, int world) {
+  use_one_gpu();
+  Device gpu(DeviceType::CUDA, 0);
+  auto pg = dist::init_process_group({.backend = "nccl"});
+  manual_seed(3);
+  auto make = [] {
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(16, 64), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(64, 7)});
+  };
+  auto a = make(), b = make();
+  a->to(gpu);
+  b->to(gpu);
+  dist::DDPOptions o;
+  o.first_bucket_mb = 0.001;
+  o.bucket_cap_mb = 0.004;
+  dist::DistributedDataParallel ddp_a(a, pg, o), ddp_b(b, pg, o);
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+  }
+  optim::Adam plain(a->parameters(), optim::AdamOptions(1e-2));
+  dist::ZeroRedundancyOptimizer zero(ddp_b, dist::optimizer_factory<optim::Adam>(optim::AdamOptions(1e-2)));
+  for (int step = 0; step < 4; ++step) {
+    Generator g(40 + static_cast<uint64_t>(step));
+    Tensor x = randn({8 * world, 16}, {}, &g).narrow(0, 8 * rank, 8).to(gpu);
+    Tensor y = randint(0, 7, {8 * world}, kInt64, &g).narrow(0, 8 * rank, 8).to(gpu);
+    nn::functional::cross_entropy(ddp_a(x), y).backward();
+    nn::functional::cross_entropy(ddp_b(x), y).backward();
+    plain.step();
+    zero.step();
+    plain.zero_grad();
+    zero.zero_grad();
+  }
+  for (size_t i = 0; i < a->parameters().size(); ++i) {
+    const float d = (a->parameters()[i] - b->parameters()[i]).abs().max().cpu().item<float>();
+    expect(d <= 1e-5f, "ZeRO over NCCL: parameter {} differs from DDP by {}", i, d);
+  }
+  optim::StateDict cz = zero.consolidated_state_dict(), cp = plain.state_dict();
+  expect(cz.size() == cp.size(), "consolidated state: {} keys, DDP's optimizer {}", cz.size(), cp.size());
+  for (const auto& [key, t] : cp) {
+    const double d = (cz.at(key).cpu().to(kFloat64) - t.cpu().to(kFloat64)).abs().max().item<double>();
+    expect(d <= 1e-5, "consolidated '{}' differs by {}", key, d);
+  }
 }
 
 // Ranks on one GPU: NCCL refuses them as one host, so each gets its own host id and talks over
@@ -160,6 +224,14 @@ TEST_CASE("NCCL collectives on one rank and on two ranks of one GPU") {
     test::require_all_ok(run_ranks_as_hosts(world, [&](int rank, int w) { check_groups_and_exchange(path, rank, w); },
                                             fmt::format("nccl_groups_ranks{}", world)));
   }
+#endif
+}
+
+TEST_CASE("ZeRO-1 over NCCL matches DDP, on one rank and two ranks of one GPU") {
+  if (cannot_run_nccl()) return;
+#ifdef KILN_HAVE_CUDA
+  test::require_all_ok(test::run_ranks(1, check_zero, 300, "nccl_zero1"));
+  test::require_all_ok(run_ranks_as_hosts(2, check_zero, "nccl_zero2"));
 #endif
 }
 

@@ -1,0 +1,133 @@
+// ZeRO stage 1 against plain DDP: optimizer-state bytes held by each rank, and step time, on N
+// real processes (127.0.0.1, Gloo, one compute thread each) for the 784-2048x3-10 MLP (38 MB of
+// f32 parameters). Each rank measures the state its optimizer holds after the steps (every
+// state tensor: moments, momentum buffers, step counters); rank 0 gathers and prints them, with
+// the ratio ZeRO/DDP beside the ideal 1/N. The last line is JSON.
+//   tools/bazel run //bench:zero_bench [-- --nproc 2,4 --steps 5]
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "autograd/autograd.h"
+#include "bench/timing.h"
+#include "core/cli.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/init.h"
+#include "distributed/local_ranks.h"
+#include "distributed/zero.h"
+#include "examples/models.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+using namespace kiln;
+
+namespace {
+
+int64_t state_bytes(const optim::Optimizer& opt) {
+  int64_t bytes = 0;
+  for (int64_t i = 0; i < opt.num_params(); ++i)
+    for (const auto& [name, t] : opt.state(i)) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
+dist::OptimizerFactory factory(const std::string& name) {
+  if (name == "sgd") return dist::optimizer_factory<optim::SGD>(optim::SGDOptions(0.01).set_momentum(0.9));
+  return dist::optimizer_factory<optim::AdamW>(optim::AdamOptions(1e-3));
+}
+
+/// Median step time (ms) of `steps` steps after one warm-up.
+double time_steps(dist::DistributedDataParallel& ddp, optim::Optimizer& opt, dist::ProcessGroup& pg, int steps) {
+  Tensor x = randn({128, 1, 28, 28}), y = randint(0, 10, {128});
+  std::vector<double> ms;
+  for (int s = 0; s <= steps; ++s) {
+    pg.barrier()->wait();
+    const double t0 = bench::now_s();
+    opt.zero_grad();
+    nn::functional::cross_entropy(ddp(x), y).backward();
+    opt.step();
+    if (s > 0) ms.push_back((bench::now_s() - t0) * 1e3);
+  }
+  return bench::median(ms);
+}
+
+/// Every rank's value, on every rank.
+std::vector<double> gather(dist::ProcessGroup& pg, double v) {
+  Tensor all = zeros({pg.size()}, dtype(kFloat64));
+  pg.allgather_into_tensor(all, full({1}, v, dtype(kFloat64)))->wait();
+  return all.to_vector<double>();
+}
+
+void run(int steps, nlohmann::ordered_json* out) {
+  auto pg = dist::init_process_group();
+  const int n = pg->size();
+  for (std::string name : {"adamw", "sgd"}) {
+    manual_seed(0);
+    auto a = examples::make_wide_mlp(2048), b = examples::make_wide_mlp(2048);
+    dist::DistributedDataParallel ddp_a(a, pg), ddp_b(b, pg);
+    std::unique_ptr<optim::Optimizer> plain = factory(name)({optim::ParamGroup(a->parameters())});
+    dist::ZeroRedundancyOptimizer zero(ddp_b, factory(name));
+    const double ddp_ms = time_steps(ddp_a, *plain, *pg, steps);
+    const double zero_ms = time_steps(ddp_b, zero, *pg, steps);
+    const std::vector<double> ddp_bytes = gather(*pg, static_cast<double>(state_bytes(*plain)));
+    const std::vector<double> zero_bytes = gather(*pg, static_cast<double>(zero.state_bytes()));
+    const double mb = 1 << 20, params_mb = static_cast<double>(a->num_parameters()) * 4 / mb;
+    if (pg->rank() != 0) continue;
+    const double zmax = *std::max_element(zero_bytes.begin(), zero_bytes.end());
+    const double zmin = *std::min_element(zero_bytes.begin(), zero_bytes.end());
+    const double ratio = zmax / ddp_bytes[0];
+    fmt::print("{:2} ranks {:6} params {:6.1f} MB | optimizer state per rank: DDP {:7.2f} MB, ZeRO-1 {:6.2f}-{:6.2f} MB "
+               "= {:.4f} of DDP (ideal 1/{} = {:.4f}) | step DDP {:7.1f} ms, ZeRO-1 {:7.1f} ms\n",
+               n, name, params_mb, ddp_bytes[0] / mb, zmin / mb, zmax / mb, ratio, n, 1.0 / n, ddp_ms, zero_ms);
+    std::fflush(stdout);
+    out->push_back({{"ranks", n},
+                    {"optimizer", name},
+                    {"params_mb", params_mb},
+                    {"ddp_state_mb_per_rank", ddp_bytes[0] / mb},
+                    {"zero_state_mb_per_rank_max", zmax / mb},
+                    {"zero_state_mb_per_rank_min", zmin / mb},
+                    {"ratio", ratio},
+                    {"ideal_ratio", 1.0 / n},
+                    {"ddp_step_ms", ddp_ms},
+                    {"zero_step_ms", zero_ms}});
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> nprocs = {2, 4};
+  int steps = 5;
+  cli::App app("ZeRO-1 vs DDP: optimizer-state bytes per rank and step time.", "zero_bench");
+  app.add_option("--nproc", nprocs, "world sizes to run (ignored under a launcher)")->delimiter(',');
+  app.add_option("--steps", steps, "timed steps per mode (the median is reported)")->check(cli::range(1, 100000));
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  if (dist::launched_with_world()) {
+    run(steps, &results);
+    if (dist::get_rank() == 0) fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "zero"}, {"results", results}}.dump());
+    return 0;
+  }
+  fmt::print("ZeRO-1 vs DDP, wide MLP 784-2048x3-10, batch 128 per rank, Gloo on 127.0.0.1, 1 thread per rank\n");
+  std::fflush(stdout);
+  for (int n : nprocs) {
+    // Each run's rank 0 prints its lines (forked: the parent's JSON collects nothing from them);
+    // the JSON line is printed by rank 0 of each run.
+    auto r = dist::run_local_ranks(n, [&](int rank, int) {
+      nlohmann::ordered_json mine = nlohmann::ordered_json::array();
+      run(steps, &mine);
+      if (rank == 0) fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "zero"}, {"results", mine}}.dump());
+    }, {.timeout_s = 1800});
+    for (size_t i = 0; i < r.size(); ++i)
+      if (r[i].exit_code != 0) {
+        std::fprintf(stderr, "zero_bench: rank %zu of %d failed\n", i, n);
+        return 1;
+      }
+  }
+  return 0;
+}

@@ -1,0 +1,28 @@
+// A ring reduce-scatter built from Gloo's point-to-point primitives (Gloo's options API has no
+// reduce-scatter): N-1 steps, each sending one chunk to the next rank and reducing the chunk
+// received from the previous one, so each rank sends (N-1)/N of the buffer, half of what an
+// all-reduce moves. Used by ProcessGroupGloo when its ranks are not all on one host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "distributed/store.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace kiln::dist {
+
+/// `data` holds ctx.size chunks of `chunk_count` elements of `elem_size` bytes; afterwards chunk
+/// ctx.rank holds the reduction (`reduce(c, a, b, n)`: c = a op b) of that chunk over all ranks
+/// (the other chunks hold partial results). `tag` (the collective's sequence number) keeps its
+/// messages apart from every other collective's. Throws on a timeout or a lost peer (Gloo's
+/// exceptions).
+void ring_reduce_scatter(gloo::Context& ctx, void* data, size_t chunk_count, size_t elem_size,
+                         const std::function<void(void*, const void*, const void*, size_t)>& reduce, uint32_t tag,
+                         Millis timeout);
+
+}  // namespace kiln::dist
