@@ -40,6 +40,15 @@ Device rank_device(const TrainConfig& c, const char* what) {
   return d;
 }
 
+StepCheckpoints::Action StepCheckpoints::after_step(int64_t global_step, int64_t run_steps) {
+  Action a;
+  heartbeat_.beat(global_step);
+  preempted_ = guard_.should_stop(pg_, comm_);
+  a.stop = preempted_ || (config_.stop_after_steps > 0 && run_steps >= config_.stop_after_steps);
+  a.save = !config_.save.empty() && (a.stop || (config_.save_every > 0 && global_step % config_.save_every == 0));
+  return a;
+}
+
 EpochProgress::EpochProgress(int64_t epoch, int64_t steps_per_epoch, int64_t log_every, std::ostream& out)
     : epoch_(epoch), steps_per_epoch_(steps_per_epoch), log_every_(log_every), out_(out) {}
 
