@@ -30,7 +30,8 @@ struct LaunchOptions {
   /// checkpoint (the main job: --auto-resume). After this many restarts the launcher gives up,
   /// naming every failure. Not after a stop signal the launcher received, nor a preemption.
   int max_restarts = 0;
-  /// Watchdog (0: off): when no rank has finished a step for this many seconds (each rank's
+  /// Watchdog (0: off): once every rank has finished a first step, when none has finished
+  /// another for this many seconds (each rank's
   /// trainer beats a heartbeat file per step, distributed/heartbeat.h), the launcher names each
   /// rank's last step, sends every rank SIGUSR1 (stack dump), stops the job and exits 124.
   double watchdog_timeout_s = 0;

@@ -268,6 +268,13 @@ void Supervisor::watch(Clock::time_point now) {
       last_progress_ = now;
     }
   }
+  // Armed once every rank has finished a step: start-up (data loading, the rendezvous, with its
+  // own timeout) may take longer than a step ever should.
+  for (const auto& c : children_)
+    if (c.running && c.last_step < 0) {
+      last_progress_ = now;
+      return;
+    }
   if (now - last_progress_ < std::chrono::duration<double>(watchdog_.timeout_s)) return;
   // Every rank is stuck; the ones furthest behind are those the others wait for.
   int64_t lowest = INT64_MAX;
@@ -276,8 +283,7 @@ void Supervisor::watch(Clock::time_point now) {
   std::vector<std::string> steps, behind;
   for (const auto& c : children_) {
     if (!c.running) continue;
-    steps.push_back(c.last_step < 0 ? fmt::format("rank {}: no step yet", c.spec.rank)
-                                    : fmt::format("rank {}: step {}", c.spec.rank, c.last_step));
+    steps.push_back(fmt::format("rank {}: step {}", c.spec.rank, c.last_step));
     if (c.last_step == lowest) behind.push_back(std::to_string(c.spec.rank));
   }
   stall_ = fmt::format("no rank made progress for {} s (last heartbeats: {}); stalled rank(s) furthest behind: {}",

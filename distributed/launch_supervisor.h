@@ -18,8 +18,8 @@ struct RankSpec {
   std::string heartbeat_file;    // watched by the watchdog (also in env as KILN_HEARTBEAT_FILE)
 };
 
-/// The launcher's watchdog: when no rank's heartbeat file has changed for `timeout_s` seconds
-/// (0: off), it names each rank's last step, sends every rank SIGUSR1 (stack dump; the hook for a
+/// The launcher's watchdog: once every rank has written its heartbeat file, when none has changed
+/// for `timeout_s` seconds (0: off), it names each rank's last step, sends every rank SIGUSR1 (stack dump; the hook for a
 /// collective flight recorder), waits `dump_wait_s`, then stops the job (exit status 124).
 struct WatchdogOptions {
   double timeout_s = 0;

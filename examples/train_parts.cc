@@ -61,7 +61,8 @@ void EpochProgress::step(int64_t samples, double loss, const std::function<doubl
   const double shown = shown_loss ? shown_loss(loss) : loss;
   const double window = std::chrono::duration<double>(Clock::now() - window_start_).count();
   out_ << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch_ + 1, steps_, steps_per_epoch_, shown,
-                      window_samples_ / window);
+                      window_samples_ / window)
+       << std::flush;  // a long job's log is read while it runs (and redirected to a file, cout is block-buffered)
   window_start_ = Clock::now();
   window_samples_ = 0;
 }

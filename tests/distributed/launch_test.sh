@@ -170,7 +170,7 @@ done
 
 echo "== --max-restarts: the whole group restarts on a fresh port with KILN_RESTART_COUNT, then gives up naming each failure"
 "$launch" --nproc-per-node 2 --max-restarts 2 -- sh -c \
-  'echo "attempt $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; [ "$RANK" = 1 ] && exit 3; sleep 30' \
+  'echo "attempt $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; [ "$RANK" = 1 ] && sleep 0.5 && exit 3; sleep 30' \
   >"$tmp/out" 2>"$tmp/err"
 code=$?
 [ "$code" -eq 3 ] || fail "--max-restarts 2 with a rank that always fails: exit $code (want 3)"
@@ -200,10 +200,10 @@ code=$?
 echo "== --watchdog-timeout: no heartbeat for the timeout -> each rank's last step named, SIGUSR1, stop, exit 124"
 start=$(date +%s)
 "$launch" --nproc-per-node 2 --watchdog-timeout 2 --kill-grace 1 -- sh -c '
-  trap "echo got SIGUSR1; exit 9" USR1
+  trap "echo got SIGUSR1" USR1
   last=$((5 - RANK)); i=0
   while [ $i -lt $last ]; do i=$((i + 1)); printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.2; done
-  echo "rank $RANK hangs at step $last"; sleep 100 & wait' >"$tmp/out" 2>"$tmp/err"
+  echo "rank $RANK hangs at step $last"; sleep 100 & while :; do wait; done' >"$tmp/out" 2>"$tmp/err"
 code=$?
 elapsed=$(($(date +%s) - start))
 [ "$code" -eq 124 ] || fail "watchdog: exit $code (want 124)"

@@ -119,7 +119,8 @@ elapsed=$(($(date +%s) - start))
 grep "rank 0\] mnist:\|launch:" "$dir/hang.log"
 [ "$code" -ne 0 ] || fail "--timeout: a hung rank did not fail the job"
 [ "$elapsed" -lt 60 ] || fail "--timeout 3: the job took $elapsed s to fail"
-grep -q "\[rank 0\] mnist:.*[Tt]ime" "$dir/hang.log" || fail "--timeout: rank 0's error does not say it timed out"
+grep -q "\[rank 0\] mnist: .* failed after 3.0 s on rank 0: ranks \[1\] did not arrive" "$dir/hang.log" \
+  || fail "--timeout: rank 0's error does not name the collective, the 3 s and the missing rank 1"
 
 # ---- launcher watchdog: rank 1 hangs (SIGSTOP) with a long collective timeout; the watchdog sees no
 # heartbeat for 3 s, names each rank's last step, sends SIGUSR1 (rank 0 dumps its stack) and stops.
