@@ -171,12 +171,15 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   int64_t samples = 0, run_steps = 0;
   StepCheckpoints checkpoints(c, world.get());  // every stage and replica stops after the same step
   auto save = [&](int64_t epoch, int64_t batch) {
+    const auto t0 = Clock::now();
     state.epoch = epoch;
     state.batch = batch;
     state.rng = default_generator().state();
     mp.save(state);
     // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
     if (groups.replica == 0) dist::save_stage_checkpoint(pipe, c.save, opt.get(), state);
+    ++r.checkpoints;
+    r.checkpoint_seconds += seconds_since(t0);
   };
   const int64_t first_epoch = state.epoch, first_batch = state.batch;
   const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, first_epoch + c.stop_after_epochs) : c.epochs;

@@ -128,6 +128,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   // Everything a resumed step needs is in `state` (position, generator, scaler) or a closed form
   // of the step (the schedule), so a checkpoint may be taken after any step.
   auto save = [&](int64_t epoch, int64_t batch) {
+    const auto t0 = Clock::now();
     state.epoch = epoch;
     state.batch = batch;
     state.rng = default_generator().state();
@@ -136,6 +137,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
     else
       nn::save_checkpoint(c.save, *model, opt.get(), state);
+    ++r.checkpoints;
+    r.checkpoint_seconds += seconds_since(t0);
   };
   const int64_t first_epoch = state.epoch, first_batch = state.batch;
   const int64_t last_epoch =
@@ -222,6 +225,8 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"wall_seconds", r.wall_seconds},
       {"skipped_steps", r.skipped_steps},
       {"steps", r.steps},
+      {"checkpoints", r.checkpoints},
+      {"checkpoint_seconds", r.checkpoint_seconds},
       {"preempted", r.preempted},
   };
   if (c.pipeline_stages > 1) {

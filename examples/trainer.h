@@ -81,6 +81,8 @@ struct TrainResult {
   /// The run stopped early on SIGTERM/SIGINT, after saving (main exits with dist::kExitPreempted).
   bool preempted = false;
   int64_t steps = 0;  // the global step reached
+  int64_t checkpoints = 0;          // checkpoints written (per epoch, --save-every, on stopping)
+  double checkpoint_seconds = 0;    // wall time spent writing them (rank 0's, waits included)
 };
 
 /// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or
