@@ -132,6 +132,15 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   }
   if (!c.resume.empty()) {  // every replica reads the first replica's stage files
     state = dist::load_stage_checkpoint(pipe, c.resume, opt.get());
+    // Each stage writes its own file: a job killed while they saved can leave them at different
+    // steps, and resuming from such a set would train a model no run ever had.
+    Tensor steps = tensor({static_cast<double>(state.step), -static_cast<double>(state.step)}, dtype(kFloat64)).to(comm);
+    world->allreduce(steps, dist::ReduceOp::kMax)->wait();
+    const auto range = steps.to(kCPU).to_vector<double>();
+    KILN_CHECK(range[0] == -range[1],
+               "--resume {}: the stage files hold different steps (from {} to {}; this stage's is {}): the run was "
+               "stopped while its stages saved; resume from a complete set",
+               c.resume, static_cast<int64_t>(-range[1]), static_cast<int64_t>(range[0]), state.step);
     mp.load(state);
     out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
                        state.step);

@@ -143,3 +143,23 @@ TEST_CASE("a run interrupted mid-epoch and resumed ends bit-identical to an unin
   CHECK(p3.test_accuracy == full.test_accuracy);
   CHECK(file_bytes(part.save) == file_bytes(c.save));  // weights, Adam state, generator: all equal
 }
+
+TEST_CASE("mid-epoch resume under f16 loss scaling continues the scaler exactly") {
+  fs::path dir = make_data_dir();
+  std::ostringstream log;
+  auto c = config(dir, "mlp");
+  c.epochs = 1;
+  c.amp = "f16";
+  c.save = (dir / "amp_full.safetensors").string();
+  examples::TrainResult full = examples::train(c, log);
+  auto part = c;
+  part.save = (dir / "amp_part.safetensors").string();
+  part.stop_after_steps = 4;
+  examples::train(part, log);
+  CHECK(nn::load_safetensors(part.save).metadata.at("kiln.batch") == "4");
+  part.stop_after_steps = 0;
+  part.auto_resume = true;
+  examples::TrainResult rest = examples::train(part, log);
+  CHECK(rest.steps == full.steps);
+  CHECK(file_bytes(part.save) == file_bytes(c.save));
+}
