@@ -17,12 +17,14 @@ namespace detail {
 
 class EpochRun {
  public:
+  /// `batches` are the epoch's batches from number `first` on (a resumed epoch skips the rest).
   EpochRun(std::shared_ptr<Dataset> dataset, const DataLoaderOptions& opts, int64_t epoch,
-           std::vector<std::vector<int64_t>> batches)
+           std::vector<std::vector<int64_t>> batches, int64_t first)
       : dataset_(std::move(dataset)),
         collate_(opts.collate),
         pin_memory_(opts.pin_memory),
         epoch_(epoch),
+        first_(first),
         batches_(std::move(batches)),
         num_workers_(opts.num_workers),
         prefetch_(opts.prefetch),
@@ -59,7 +61,7 @@ class EpochRun {
       stop();
       throw;
     }
-    index_ = b;
+    index_ = first_ + b;
   }
 
   bool done() const { return done_; }
@@ -103,7 +105,7 @@ class EpochRun {
   [[noreturn]] void rethrow(int64_t b, std::exception_ptr error) const {
     const std::vector<int64_t>& idx = batches_[static_cast<size_t>(b)];
     std::vector<int64_t> head(idx.begin(), idx.begin() + std::min<size_t>(idx.size(), 8));
-    std::string where = fmt::format("DataLoader: batch {} of epoch {} (dataset indices {}{}){}", b, epoch_, head,
+    std::string where = fmt::format("DataLoader: batch {} of epoch {} (dataset indices {}{}){}", first_ + b, epoch_, head,
                                     idx.size() > head.size() ? " ..." : "",
                                     num_workers_ ? fmt::format(" in worker {}", b % num_workers_) : "");
     try {
@@ -180,6 +182,7 @@ class EpochRun {
   std::function<Example(std::vector<Example>)> collate_;
   bool pin_memory_;
   int64_t epoch_;
+  int64_t first_;  // the epoch's batch number of batches_[0]
   std::vector<std::vector<int64_t>> batches_;
   int num_workers_;
   int prefetch_;
@@ -239,10 +242,19 @@ std::vector<std::vector<int64_t>> DataLoader::batch_indices(int64_t epoch) const
 }
 
 DataLoader::Iterator DataLoader::begin() {
-  const int64_t epoch = epoch_++;
-  auto run = std::make_shared<detail::EpochRun>(dataset_, options_, epoch, batch_indices(epoch));
+  const int64_t epoch = epoch_++, first = start_batch_;
+  start_batch_ = 0;
+  std::vector<std::vector<int64_t>> batches = batch_indices(epoch);
+  batches.erase(batches.begin(), batches.begin() + first);
+  auto run = std::make_shared<detail::EpochRun>(dataset_, options_, epoch, std::move(batches), first);
   run->start();
   return Iterator(std::move(run));
+}
+
+void DataLoader::set_start_batch(int64_t batch) {
+  KILN_CHECK(batch >= 0 && batch <= size(), "DataLoader: start batch {} is outside the epoch's 0..{} batches", batch,
+             size());
+  start_batch_ = batch;
 }
 
 bool DataLoader::Iterator::at_end() const { return !run_ || run_->done(); }

@@ -92,6 +92,13 @@ class DataLoader {
   /// The epoch the next begin() runs (0 for a new loader); set it when resuming training.
   int64_t epoch() const { return epoch_; }
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// Makes the next begin() skip the epoch's first `batch` batches (0 <= batch <= size()), as a
+  /// run resumed mid-epoch needs: the remaining batches are exactly those an uninterrupted epoch
+  /// would have yielded, with batch_index() counting from the epoch's start. Later epochs start
+  /// at batch 0 again.
+  void set_start_batch(int64_t batch);
+  /// The batch the next begin() starts at (0 unless set_start_batch was called since).
+  int64_t start_batch() const { return start_batch_; }
   /// The dataset indices of every batch of `epoch`, as the workers will load them.
   std::vector<std::vector<int64_t>> batch_indices(int64_t epoch) const;
 
@@ -104,6 +111,7 @@ class DataLoader {
   DataLoaderOptions options_;
   std::shared_ptr<Sampler> sampler_;
   int64_t epoch_ = 0;
+  int64_t start_batch_ = 0;
 };
 
 }  // namespace kiln::data

@@ -8,10 +8,14 @@ namespace {
 
 /// Whether every rank succeeded (a max-reduced failure flag): throws on the ranks that did not
 /// fail when another did, naming how many failed.
-void agree(ProcessGroup& pg, bool failed, const char* what, const std::string& path) {
-  Tensor flag = full({1}, failed ? 1 : 0, dtype(kInt32));
+void agree(ProcessGroup& pg, const nn::Module& model, bool failed, const char* what, const std::string& path) {
+  // NCCL takes only tensors on the rank's GPU: the model's.
+  Device comm = kCPU;
+  if (pg.backend() == "nccl")
+    for (const Tensor& p : model.parameters()) comm = p.device();
+  Tensor flag = full({1}, failed ? 1 : 0, dtype(kInt32)).to(comm);
   pg.allreduce(flag, ReduceOp::kSum)->wait();
-  int failures = flag.item<int32_t>();
+  int failures = flag.to(kCPU).item<int32_t>();
   if (!failed && failures > 0)
     fail("{} '{}': failed on {} other rank(s) (see their errors)", what, path, failures);
 }
@@ -28,7 +32,7 @@ void save_checkpoint(ProcessGroup& pg, const std::string& path, const nn::Module
       error = std::current_exception();
     }
   }
-  agree(pg, error != nullptr, "save_checkpoint", path);
+  agree(pg, model, error != nullptr, "save_checkpoint", path);
   if (error) std::rethrow_exception(error);
 }
 
@@ -41,7 +45,7 @@ nn::TrainingState load_checkpoint(ProcessGroup& pg, const std::string& path, nn:
   } catch (...) {
     error = std::current_exception();
   }
-  agree(pg, error != nullptr, "load_checkpoint", path);
+  agree(pg, model, error != nullptr, "load_checkpoint", path);
   if (error) std::rethrow_exception(error);
   return state;
 }

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -65,8 +69,9 @@ std::string resolve_program(const std::string& prog) {
 
 // The environment every rank shares, minus the variables set per rank.
 std::vector<std::string> base_environment(int nproc_per_node) {
-  static const char* kPerRank[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                   "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"};
+  static const char* kPerRank[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",         "LOCAL_WORLD_SIZE",
+                                   "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",         "KILN_RESTART_COUNT",
+                                   "TORCHELASTIC_RESTART_COUNT", "KILN_HEARTBEAT_FILE"};
   std::vector<std::string> env;
   bool threads_set = false;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -83,6 +88,9 @@ std::vector<std::string> base_environment(int nproc_per_node) {
 
 }  // namespace
 
+static std::vector<RankSpec> rank_specs(const LaunchOptions& o, const std::vector<std::string>& base, int port,
+                                 int attempt);
+
 int launch(const LaunchOptions& o) {
   KILN_CHECK(o.nproc_per_node >= 1 && o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
              "launch: bad layout: nproc_per_node={}, nnodes={}, node_rank={}", o.nproc_per_node, o.nnodes,
@@ -92,11 +100,57 @@ int launch(const LaunchOptions& o) {
   KILN_CHECK(o.master_port >= 0 && o.master_port <= 65535, "launch: master_port {} is out of range", o.master_port);
   KILN_CHECK(o.kill_grace_s >= 0, "launch: kill_grace_s {} is negative", o.kill_grace_s);
 
-  std::vector<RankSpec> ranks;
+  KILN_CHECK(o.max_restarts >= 0, "launch: max_restarts {} is negative", o.max_restarts);
+  KILN_CHECK(o.max_restarts == 0 || o.nnodes == 1,
+             "launch: --max-restarts needs --nnodes 1 (restarting one node alone would strand the others)");
   const std::string program = resolve_program(o.argv[0]);
-  const int port = o.master_port != 0 ? o.master_port : free_tcp_port();
-  const int world = o.nproc_per_node * o.nnodes;
   const std::vector<std::string> base = base_environment(o.nproc_per_node);
+  std::vector<std::string> argv = o.argv;
+  argv[0] = program;
+  const char* bwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  std::vector<std::string> failures;
+  for (int attempt = 0;; ++attempt) {
+    // A fresh port per round: the old store's port may linger in TIME_WAIT.
+    const int port = o.master_port != 0 ? o.master_port : free_tcp_port();
+    std::vector<RankSpec> ranks = rank_specs(o, base, port, attempt);
+    std::string beat_dir;
+    if (o.watchdog_timeout_s > 0) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-heartbeat-XXXXXX").string();
+      KILN_CHECK(::mkdtemp(tmpl.data()) != nullptr, "launch: cannot create a heartbeat directory {}: {}", tmpl,
+                 std::strerror(errno));
+      beat_dir = tmpl;
+      for (RankSpec& r : ranks) {
+        r.heartbeat_file = fmt::format("{}/rank{}", beat_dir, r.rank);
+        r.env.push_back("KILN_HEARTBEAT_FILE=" + r.heartbeat_file);
+      }
+    }
+    Supervisor s(argv, std::move(ranks), bwd != nullptr ? bwd : "", o.kill_grace_s,
+                 WatchdogOptions{.timeout_s = o.watchdog_timeout_s});
+    const int rc = s.run();
+    if (!beat_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(beat_dir, ignored);
+    }
+    if (s.failure().empty() || s.received_signal() != 0) return rc;
+    failures.push_back(s.failure());
+    if (attempt >= o.max_restarts) {
+      if (o.max_restarts > 0) {
+        std::string all;
+        for (size_t i = 0; i < failures.size(); ++i) all += fmt::format("\n  attempt {}: {}", i + 1, failures[i]);
+        std::fprintf(stderr, "launch: giving up after %d restart(s); the failures were:%s\n", o.max_restarts,
+                     all.c_str());
+      }
+      return rc;
+    }
+    std::fprintf(stderr, "launch: restarting all %d ranks (restart %d of %d) after: %s\n", o.nproc_per_node,
+                 attempt + 1, o.max_restarts, s.failure().c_str());
+  }
+}
+
+static std::vector<RankSpec> rank_specs(const LaunchOptions& o, const std::vector<std::string>& base, int port,
+                                 int attempt) {
+  const int world = o.nproc_per_node * o.nnodes;
+  std::vector<RankSpec> ranks;
   for (int local = 0; local < o.nproc_per_node; ++local) {
     RankSpec r;
     r.rank = o.node_rank * o.nproc_per_node + local;
@@ -108,13 +162,11 @@ int launch(const LaunchOptions& o) {
     r.env.push_back(fmt::format("GROUP_RANK={}", o.node_rank));
     r.env.push_back("MASTER_ADDR=" + o.master_addr);
     r.env.push_back(fmt::format("MASTER_PORT={}", port));
+    r.env.push_back(fmt::format("KILN_RESTART_COUNT={}", attempt));
+    r.env.push_back(fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt));
     ranks.push_back(std::move(r));
   }
-  std::vector<std::string> argv = o.argv;
-  argv[0] = program;
-  const char* bwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  Supervisor s(std::move(argv), std::move(ranks), bwd != nullptr ? bwd : "", o.kill_grace_s);
-  return s.run();
+  return ranks;
 }
 
 }  // namespace kiln::dist

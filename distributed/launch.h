@@ -24,6 +24,17 @@ struct LaunchOptions {
   std::vector<std::string> argv;
   /// After a failure or a forwarded signal, how long ranks get to exit before SIGKILL.
   double kill_grace_s = 5;
+  /// Elastic restarts (torchrun's --max-restarts; single node): when a rank fails, all ranks are
+  /// stopped and the whole group started again on a fresh port, with KILN_RESTART_COUNT (and
+  /// TORCHELASTIC_RESTART_COUNT) set to the attempt; the program resumes from its own latest
+  /// checkpoint (the main job: --auto-resume). After this many restarts the launcher gives up,
+  /// naming every failure. Not after a stop signal the launcher received, nor a preemption.
+  int max_restarts = 0;
+  /// Watchdog (0: off): once every rank has finished a first step, when none has finished
+  /// another for this many seconds (each rank's
+  /// trainer beats a heartbeat file per step, distributed/heartbeat.h), the launcher names each
+  /// rank's last step, sends every rank SIGUSR1 (stack dump), stops the job and exits 124.
+  double watchdog_timeout_s = 0;
 };
 
 /// A command line the launcher cannot run; its message says what is wrong.

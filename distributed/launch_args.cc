@@ -32,6 +32,14 @@ void declare(CLI::App& app, LaunchOptions& o) {
       ->check(cli::range(0, 65535));
   app.add_option("--kill-grace,--kill_grace", o.kill_grace_s, "seconds ranks get to exit after SIGTERM before SIGKILL")
       ->check(cli::range(0.0, 1e6));
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "when a rank fails, restart the whole group up to this many times (single node; the program "
+                 "resumes from its latest checkpoint)")
+      ->check(cli::range(0, 1000000));
+  app.add_option("--watchdog-timeout,--watchdog_timeout", o.watchdog_timeout_s,
+                 "stop the job when no rank finished a step for this many seconds, after SIGUSR1 (stack "
+                 "dump) to every rank (0: off; the program must beat KILN_HEARTBEAT_FILE, as the main job does)")
+      ->check(cli::range(0.0, 1e7));
   // The first argument that is not one of these flags starts the program's command line.
   app.prefix_command();
 }
@@ -69,6 +77,8 @@ std::optional<LaunchOptions> parse_launch_args(const std::vector<std::string>& a
     throw UsageError(fmt::format("--node-rank {} is out of range 0..{} for --nnodes {}", o.node_rank, o.nnodes - 1,
                                  o.nnodes));
   if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
+  if (o.max_restarts > 0 && o.nnodes > 1)
+    throw UsageError("--max-restarts needs --nnodes 1 (restarting one node alone would strand the others)");
   if (o.nnodes > 1 && o.master_port == 0)
     throw UsageError("--master-port is required with --nnodes > 1: every node must use the same port");
   return o;

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "distributed/exit_codes.h"
 
 namespace kiln::dist {
 namespace {
@@ -102,14 +103,14 @@ void child_write(const char* s) {
 }  // namespace
 
 Supervisor::Supervisor(std::vector<std::string> argv, std::vector<RankSpec> ranks, std::string cwd,
-                       double kill_grace_s)
-    : argv_(std::move(argv)), cwd_(std::move(cwd)), grace_(kill_grace_s), self_(getpid()) {
+                       double kill_grace_s, WatchdogOptions watchdog)
+    : argv_(std::move(argv)), cwd_(std::move(cwd)), grace_(kill_grace_s), self_(getpid()), watchdog_(watchdog) {
   // The ranks' pipes must not land on fds 0-2 (a launcher started with one closed), where
   // dup2 in the child would clobber them.
   for (int fd = 0; fd <= 2; ++fd)
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) < 0)
       fail("launch: cannot open /dev/null for closed fd {}: {}", fd, std::strerror(errno));
-  for (auto& r : ranks) children_.push_back(Child{std::move(r), -1, false, 0, {}, {}});
+  for (auto& r : ranks) children_.push_back(Child{std::move(r), -1, false, 0, {}, {}, -1});
 
   sigset_t set;
   sigemptyset(&set);
@@ -239,7 +240,10 @@ void Supervisor::reap() {
     c.running = false;
     c.status = status;
     if (!any_running()) all_exited_at_ = Clock::now();
-    if (!succeeded(status) && !stopping_) {
+    // A rank preempted by a signal sent to it directly (not through the launcher) stops after
+    // agreeing with the others, which stop too: let them finish rather than signal them again.
+    const bool preempted = WIFEXITED(status) && WEXITSTATUS(status) == kExitPreempted;
+    if (!succeeded(status) && !preempted && !stopping_) {
       first_failed_ = static_cast<int>(i);
       running_at_failure_ = static_cast<int>(std::count_if(children_.begin(), children_.end(),
                                                            [](const Child& o) { return o.running; }));
@@ -295,6 +299,7 @@ void Supervisor::loop() {
         }
     Clock::time_point wake = Clock::time_point::max();
     if (stopping_ && !killed_ && any_running()) wake = kill_deadline_;
+    if (watchdog_.timeout_s > 0 && !stopping_) wake = std::min(wake, Clock::now() + std::chrono::milliseconds(250));
     if (!any_running()) wake = std::min(wake, all_exited_at_ + kDrainAfterExit);
     int timeout = -1;
     if (wake != Clock::time_point::max()) {
@@ -314,6 +319,7 @@ void Supervisor::loop() {
     reap();
 
     const Clock::time_point now = Clock::now();
+    watch(now);
     if (stopping_ && !killed_ && any_running() && now >= kill_deadline_) {
       for (auto& c : children_) {
         if (!c.running) continue;
@@ -331,6 +337,7 @@ void Supervisor::loop() {
 }
 
 int Supervisor::run() {
+  last_progress_ = Clock::now();
   for (auto& c : children_) {
     start(c);
     if (!setup_error_.empty()) break;
@@ -344,11 +351,25 @@ int Supervisor::run() {
     say(fmt::format("launch: {}; stopped the ranks already started", setup_error_));
     return 1;
   }
+  const bool all_preempted = std::all_of(children_.begin(), children_.end(), [](const Child& o) {
+    return WIFEXITED(o.status) && WEXITSTATUS(o.status) == kExitPreempted;
+  });
+  if (!stall_.empty()) {
+    failure_ = "watchdog: " + stall_;
+    say("launch: stopped the job: " + stall_);
+    return kExitStalled;
+  }
   if (first_failed_ >= 0) {
     const Child& c = children_[static_cast<size_t>(first_failed_)];
-    say(fmt::format("launch: rank {} (pid {}) {}{}", c.spec.rank, c.pid, describe_status(c.status),
-                    running_at_failure_ > 0 ? "; stopped the other ranks" : ""));
+    failure_ = fmt::format("rank {} (pid {}) {}", c.spec.rank, c.pid, describe_status(c.status));
+    say(fmt::format("launch: {}{}", failure_, running_at_failure_ > 0 ? "; stopped the other ranks" : ""));
     return exit_code(c.status);
+  }
+  if (all_preempted) {
+    say(fmt::format("launch: {}every rank saved and stopped (exit status {}: preempted)",
+                    received_signal_ ? fmt::format("received {}; ", signal_name(received_signal_)) : "",
+                    kExitPreempted));
+    return kExitPreempted;
   }
   if (received_signal_ != 0) {
     say(fmt::format("launch: received {}; stopped the ranks", signal_name(received_signal_)));

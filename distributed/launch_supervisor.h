@@ -15,12 +15,22 @@ namespace kiln::dist {
 struct RankSpec {
   int rank = 0;
   std::vector<std::string> env;  // "NAME=value", the whole environment
+  std::string heartbeat_file;    // watched by the watchdog (also in env as KILN_HEARTBEAT_FILE)
+};
+
+/// The launcher's watchdog: once every rank has written its heartbeat file, when none has changed
+/// for `timeout_s` seconds (0: off), it names each rank's last step, sends every rank SIGUSR1 (stack dump; the hook for a
+/// collective flight recorder), waits `dump_wait_s`, then stops the job (exit status 124).
+struct WatchdogOptions {
+  double timeout_s = 0;
+  double dump_wait_s = 2;
 };
 
 class Supervisor {
  public:
   /// `argv[0]` is the absolute path to execute; `cwd` empty keeps the current directory.
-  Supervisor(std::vector<std::string> argv, std::vector<RankSpec> ranks, std::string cwd, double kill_grace_s);
+  Supervisor(std::vector<std::string> argv, std::vector<RankSpec> ranks, std::string cwd, double kill_grace_s,
+             WatchdogOptions watchdog = {});
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -28,6 +38,12 @@ class Supervisor {
   /// Starts every rank, relays their output until all have exited, and returns the launcher's
   /// exit status (see launch()).
   int run();
+
+  /// After run(): what ended the round when a rank failed ("rank 1 (pid 123) was killed by
+  /// signal 9 (SIGKILL)"), else empty.
+  const std::string& failure() const { return failure_; }
+  /// After run(): the stop signal the launcher itself received (0: none).
+  int received_signal() const { return received_signal_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -43,6 +59,7 @@ class Supervisor {
     bool running = false;
     int status = 0;
     Stream out, err;
+    int64_t last_step = -1;  // its heartbeat
   };
 
   void start(Child& c);
@@ -56,6 +73,7 @@ class Supervisor {
   void begin_stop(int sig);
   void say(const std::string& line);
   bool any_running() const;
+  void watch(Clock::time_point now);
   bool any_stream_open() const;
 
   std::vector<std::string> argv_;
@@ -77,6 +95,11 @@ class Supervisor {
   int first_failed_ = -1;      // index into children_
   int running_at_failure_ = 0;  // ranks still running when the first one failed
   std::string setup_error_;    // a fork or pipe failure while starting
+  std::string failure_;        // see failure()
+  WatchdogOptions watchdog_;
+  Clock::time_point last_progress_{};  // when a heartbeat last changed (or the start)
+  Clock::time_point stall_stop_at_ = Clock::time_point::max();  // SIGUSR1 sent; stop then
+  std::string stall_;          // the watchdog's report when it fired
 };
 
 }  // namespace kiln::dist

@@ -10,6 +10,7 @@
 #include "core/matmul_precision.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
+#include "distributed/exit_codes.h"
 #include "examples/models.h"
 #include "examples/trainer.h"
 #include "nn/checkpoint.h"
@@ -24,6 +25,9 @@ constexpr const char* kAmpNotes = R"(
 --matmul-precision high allows TF32 tensor cores for f32 GEMMs and convolutions on GPUs.
 --ddp trains on the ranks started by //distributed:launch, srun or mpirun (--batch-size is per
 rank; Gloo on CPU); --zero 1 adds ZeRO stage 1 (each rank keeps 1/N of the optimizer state).
+SIGTERM or SIGINT: every rank finishes its step, the checkpoint is written to --save (rank 0,
+atomically) and the job exits with status 75 ("preempted"; continue with --resume); a second
+signal exits at once. --save-every N adds a checkpoint every N steps.
 --pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
 (--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
 job runs P stages x (world / P) data-parallel replicas.
@@ -55,6 +59,19 @@ struct Flags {
     app.add_option("--stop-after-epochs", c.stop_after_epochs,
                    "stop after N epochs of this invocation (resume later with --resume; 0: never)")
         ->check(cli::range<int64_t>(0, 1000));
+    app.add_option("--save-every", c.save_every,
+                   "also checkpoint to --save every N steps, mid-epoch included (0: only after each epoch)")
+        ->check(cli::range<int64_t>(0, INT64_MAX));
+    app.add_flag("--auto-resume", c.auto_resume,
+                 "resume from --save when it exists (restarted jobs, e.g. under launch --max-restarts)");
+    app.add_option("--stop-after-steps", c.stop_after_steps,
+                   "stop after N steps of this invocation, saving first (resume later with --resume; 0: never)")
+        ->check(cli::range<int64_t>(0, INT64_MAX));
+    app.add_option("--timeout", c.timeout_s,
+                   "seconds a collective (or the rendezvous) may wait for the other ranks before failing")
+        ->check(cli::range(0.1, 1e7));
+    app.add_option("--dropout", c.dropout, "dropout probability after each hidden layer of the MLP")
+        ->check(cli::range(0.0, 0.99));
     app.add_option("--limit-train", c.limit_train, "use only the first N training images (0: all)")
         ->check(cli::range<int64_t>(0, INT64_MAX));
     app.add_option("--log-every", c.log_every, "steps between progress lines")
@@ -93,6 +110,9 @@ struct Flags {
     c.device = device.empty() ? best_device() : Device(device);
     if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))
       return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
+    if (c.auto_resume && c.save.empty()) return "--auto-resume needs --save (the checkpoint to resume from)";
+    if (c.save_every > 0 && c.save.empty()) return "--save-every needs --save (where to write)";
+    if (c.dropout > 0 && c.model != "mlp") return "--dropout applies to --model mlp only";
     if (c.amp == "none" && c.amp_mode == "o2")
       return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
     if (std::string problem = check_pipeline(); !problem.empty()) return problem;
@@ -131,7 +151,7 @@ int main(int argc, char** argv) {
   try {
     examples::TrainResult r = examples::train(config, std::cout);
     if (r.rank == 0) std::cout << examples::result_json(config, r) << std::endl;
-    return 0;
+    return r.preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "mnist: %s\n", e.what());
     return 1;

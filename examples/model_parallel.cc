@@ -1,6 +1,7 @@
 // Model parallel in one process: the main job's CNN split over two devices (convolutions on the
 // first, fully connected layers on the second), trained for a few steps on Fashion-MNIST.
-//   tools/bazel run //examples:model_parallel -- --steps 50
+//   tools/bazel run //examples:model_parallel -- --steps 50 --save mp.safetensors --save-every 10
+// SIGTERM/SIGINT: finishes the step, saves to --save and exits 75; --resume continues exactly.
 #include "examples/model_parallel.h"
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "data/dataloader.h"
 #include "examples/models.h"
 #include "examples/train_parts.h"
+#include "nn/checkpoint.h"
 
 using namespace kiln;
 
@@ -29,19 +31,45 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", c.data_dir, "Fashion-MNIST/MNIST IDX files");
   app.add_option("--limit-train", c.limit_train, "use only the first N training images (0: all)")
       ->check(cli::range<int64_t>(0, INT64_MAX));
+  app.add_option("--save", c.save, "checkpoint at the end (and every --save-every steps, and on SIGTERM/SIGINT)");
+  app.add_option("--save-every", c.save_every, "also checkpoint every N steps (0: only at the end)")
+      ->check(cli::range<int64_t>(0, INT64_MAX));
+  app.add_option("--resume", c.resume, "continue the run saved in this file, up to --steps in all");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (c.save_every > 0 && c.save.empty()) return cli::usage_error(app, "--save-every needs --save (where to write)");
   try {
     if (c.threads > 0) set_num_threads(c.threads);
     examples::Datasets sets = examples::load_datasets(c);
     examples::DevicePair dev = examples::model_parallel_devices();
     std::cout << "model parallel: " << dev.note << "\n";
     manual_seed(static_cast<uint64_t>(c.seed));
-    examples::SplitModel model(*examples::make_cnn(), examples::kCnnSplit, dev.first, dev.second);
+    // The whole CNN stays reachable (its layers are the split model's), so it is what is saved.
+    auto cnn = examples::make_cnn();
+    examples::SplitModel model(*cnn, examples::kCnnSplit, dev.first, dev.second);
     auto opt = examples::make_optimizer(c, model.parameters());
     data::DataLoader loader(sets.train,
                             {.batch_size = c.batch_size, .shuffle = true, .seed = static_cast<uint64_t>(c.seed)});
+    nn::TrainingState state;
+    if (!c.resume.empty()) {
+      state = nn::load_checkpoint(c.resume, *cnn, opt.get());
+      std::cout << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
+                               state.step);
+    }
+    auto save = [&](int64_t epoch, int64_t batch) {
+      state.epoch = epoch;
+      state.batch = batch;
+      state.rng = default_generator().state();
+      nn::save_checkpoint(c.save, *cnn, opt.get(), state);
+    };
+    examples::StepCheckpoints checkpoints(c, nullptr);  // --save-every and SIGTERM/SIGINT
     double loss = 0;
-    for (int64_t step = 0; step < steps;) {
+    int64_t& step = state.step;
+    loader.set_epoch(state.epoch);
+    loader.set_start_batch(state.batch);
+    bool preempted = false;
+    while (step < steps && !preempted) {
+      const int64_t epoch = loader.epoch();
+      int64_t batch_no = loader.start_batch();
       for (data::Example& b : loader) {
         if (step == steps) break;
         // The images go to the first device, the labels to the second, where the logits are.
@@ -50,13 +78,20 @@ int main(int argc, char** argv) {
         l.backward();  // the gradient crosses back from the second device to the first
         opt->step();
         loss = l.item<double>();
-        if (++step % 10 == 0) std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss);
+        ++batch_no;
+        if (++step % 10 == 0) std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss) << std::flush;
+        const examples::StepCheckpoints::Action act = checkpoints.after_step(step, step);
+        if (act.save || (step == steps && !c.save.empty())) save(epoch, batch_no);
+        if ((preempted = act.stop)) {
+          std::cout << "preempted: stopped after step " << step << "\n";
+          break;
+        }
       }
     }
     const nlohmann::ordered_json line = {{"model", "cnn"}, {"first", dev.first.str()},   {"second", dev.second.str()},
                                          {"steps", steps}, {"batch_size", c.batch_size}, {"loss", loss}};
     std::cout << line.dump() << std::endl;
-    return 0;
+    return preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "model_parallel: %s\n", e.what());
     return 1;

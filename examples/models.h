@@ -12,8 +12,12 @@ namespace kiln::examples {
 // Each model is built in braces (layers constructed left to right, so a seed gives the same
 // initial weights as before), then moved into the shared_ptr the trainer and DDP hold.
 
-/// MLP 784-256-256-10 with ReLU.
-inline std::shared_ptr<nn::Sequential> make_mlp() {
+/// MLP 784-256-256-10 with ReLU; with `dropout` > 0, Dropout(dropout) after each ReLU.
+inline std::shared_ptr<nn::Sequential> make_mlp(double dropout = 0) {
+  if (dropout > 0)
+    return std::make_shared<nn::Sequential>(nn::Sequential{nn::Flatten(), nn::Linear(784, 256), nn::ReLU(),
+                                                            nn::Dropout(dropout), nn::Linear(256, 256), nn::ReLU(),
+                                                            nn::Dropout(dropout), nn::Linear(256, 10)});
   return std::make_shared<nn::Sequential>(nn::Sequential{nn::Flatten(), nn::Linear(784, 256), nn::ReLU(),
                                                           nn::Linear(256, 256), nn::ReLU(), nn::Linear(256, 10)});
 }
@@ -35,8 +39,8 @@ inline std::shared_ptr<nn::Sequential> make_wide_mlp(int64_t width) {
                                                           nn::Linear(width, 10)});
 }
 
-inline std::shared_ptr<nn::Sequential> make_model(const std::string& name) {
-  return name == "cnn" ? make_cnn() : make_mlp();
+inline std::shared_ptr<nn::Sequential> make_model(const std::string& name, double dropout = 0) {
+  return name == "cnn" ? make_cnn() : make_mlp(dropout);
 }
 
 }  // namespace kiln::examples

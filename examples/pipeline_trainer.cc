@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <tuple>
 
 #include "core/parallel.h"
@@ -80,7 +81,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
-  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
+                                         .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))});
   const Device comm = world->backend() == "nccl" ? c.device : kCPU;
   dist::PipelineGroups groups;
   if (c.ddp) {
@@ -93,7 +95,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
 
   // Every rank builds the whole model from the seed, as one process would, and keeps its stage.
   manual_seed(static_cast<uint64_t>(c.seed));
-  auto model = make_model(c.model);
+  auto model = make_model(c.model, c.dropout);
   MixedPrecision mp(c.amp, c.amp_mode);
   mp.prepare_model(*model);
   dist::PipelineOptions po;
@@ -122,10 +124,26 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   std::ostream quiet(nullptr);
   std::ostream& out = world->rank() == 0 ? log : quiet;
   nn::TrainingState state;
+  if (c.auto_resume && c.resume.empty()) {
+    bool all = true;
+    for (int stage = 0; stage < P; ++stage)
+      all = all && std::filesystem::exists(dist::stage_checkpoint_path(c.save, stage, P));
+    if (all) c.resume = c.save;
+  }
   if (!c.resume.empty()) {  // every replica reads the first replica's stage files
     state = dist::load_stage_checkpoint(pipe, c.resume, opt.get());
+    // Each stage writes its own file: a job killed while they saved can leave them at different
+    // steps, and resuming from such a set would train a model no run ever had.
+    Tensor steps = tensor({static_cast<double>(state.step), -static_cast<double>(state.step)}, dtype(kFloat64)).to(comm);
+    world->allreduce(steps, dist::ReduceOp::kMax)->wait();
+    const auto range = steps.to(kCPU).to_vector<double>();
+    KILN_CHECK(range[0] == -range[1],
+               "--resume {}: the stage files hold different steps (from {} to {}; this stage's is {}): the run was "
+               "stopped while its stages saved; resume from a complete set",
+               c.resume, static_cast<int64_t>(-range[1]), static_cast<int64_t>(range[0]), state.step);
     mp.load(state);
-    out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+    out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
+                       state.step);
   }
   const auto& b = pipe.boundaries();
   out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}, layers split at [{}] (by {}){}\n", P,
@@ -159,11 +177,27 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
   const auto start = Clock::now();
   double train_seconds = 0;
-  int64_t samples = 0;
-  const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, state.epoch + c.stop_after_epochs) : c.epochs;
-  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
+  int64_t samples = 0, run_steps = 0;
+  StepCheckpoints checkpoints(c, world.get());  // every stage and replica stops after the same step
+  auto save = [&](int64_t epoch, int64_t batch) {
+    const auto t0 = Clock::now();
+    state.epoch = epoch;
+    state.batch = batch;
+    state.rng = default_generator().state();
+    mp.save(state);
+    // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
+    if (groups.replica == 0) dist::save_stage_checkpoint(pipe, c.save, opt.get(), state);
+    ++r.checkpoints;
+    r.checkpoint_seconds += seconds_since(t0);
+  };
+  const int64_t first_epoch = state.epoch, first_batch = state.batch;
+  const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, first_epoch + c.stop_after_epochs) : c.epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch && !r.preempted; ++epoch) {
     loader.set_epoch(epoch);
+    int64_t batch_no = epoch == first_epoch ? first_batch : 0;
+    loader.set_start_batch(batch_no);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
+    bool stop = false;
     for (data::Example& batch : loader) {
       opt->zero_grad();
       double l;
@@ -179,9 +213,20 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
       progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0,
                     [&](double v) { return from_last_stage(*groups.pipeline, comm, {v})[0]; });
+      ++run_steps;
+      ++batch_no;
+      const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
+      if (act.save) save(epoch, batch_no);
+      if ((stop = act.stop)) break;
     }
     train_seconds += progress.finish();
     samples += progress.samples();
+    if (stop) {
+      world->barrier()->wait();  // every stage's file is written before any rank exits
+      r.preempted = checkpoints.preempted();
+      out << (r.preempted ? "preempted: stopped after step " : "stopped after step ") << state.step << "\n";
+      break;
+    }
     double epoch_loss = progress.mean_loss();
     if (pipe.is_last() && replicas > 1) {
       Tensor t = tensor({epoch_loss}, dtype(kFloat64)).to(comm);
@@ -193,14 +238,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
         evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr, comm);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
-    if (!c.save.empty()) {
-      state.epoch = epoch + 1;
-      state.rng = default_generator().state();
-      mp.save(state);
-      // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
-      if (groups.replica == 0) dist::save_stage_checkpoint(pipe, c.save, opt.get(), state);
-    }
+    if (!c.save.empty()) save(epoch + 1, 0);
   }
+  r.steps = state.step;
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.skipped_steps = mp.skipped_steps();

@@ -45,6 +45,15 @@ Device rank_device(const TrainConfig& c, const char* what) {
   return d;
 }
 
+StepCheckpoints::Action StepCheckpoints::after_step(int64_t global_step, int64_t run_steps) {
+  Action a;
+  heartbeat_.beat(global_step);
+  preempted_ = guard_.should_stop(pg_, comm_);
+  a.stop = preempted_ || (config_.stop_after_steps > 0 && run_steps >= config_.stop_after_steps);
+  a.save = !config_.save.empty() && (a.stop || (config_.save_every > 0 && global_step % config_.save_every == 0));
+  return a;
+}
+
 EpochProgress::EpochProgress(int64_t epoch, int64_t steps_per_epoch, int64_t log_every, std::ostream& out)
     : epoch_(epoch), steps_per_epoch_(steps_per_epoch), log_every_(log_every), out_(out) {}
 
@@ -57,7 +66,8 @@ void EpochProgress::step(int64_t samples, double loss, const std::function<doubl
   const double shown = shown_loss ? shown_loss(loss) : loss;
   const double window = std::chrono::duration<double>(Clock::now() - window_start_).count();
   out_ << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch_ + 1, steps_, steps_per_epoch_, shown,
-                      window_samples_ / window);
+                      window_samples_ / window)
+       << std::flush;  // a long job's log is read while it runs (and redirected to a file, cout is block-buffered)
   window_start_ = Clock::now();
   window_samples_ = 0;
 }

@@ -12,6 +12,8 @@
 
 #include "data/dataset.h"
 #include "data/mnist.h"
+#include "distributed/heartbeat.h"
+#include "distributed/preemption.h"
 #include "examples/trainer.h"
 #include "optim/optimizer.h"
 
@@ -33,6 +35,32 @@ Datasets load_datasets(const TrainConfig& c);
 /// (LOCAL_RANK, as torchrun users expect); `what` names the flag in the error when there are
 /// fewer GPUs than ranks. Elsewhere config.device itself.
 Device rank_device(const TrainConfig& c, const char* what);
+
+/// When a training loop saves mid-epoch and when it stops early: every `--save-every` steps, after
+/// `--stop-after-steps` steps of this invocation, and on SIGTERM/SIGINT (installed for its
+/// lifetime). Under a process group every rank must call after_step() after the same step: the
+/// stop decision is agreed there, so all ranks save and stop together. Each step also beats the
+/// heartbeat the launcher's watchdog reads.
+class StepCheckpoints {
+ public:
+  StepCheckpoints(const TrainConfig& c, dist::ProcessGroup* pg)
+      : config_(c), pg_(pg), comm_(pg && pg->backend() == "nccl" ? c.device : kCPU) {}
+  struct Action {
+    bool save = false;  // write a checkpoint now
+    bool stop = false;  // then leave the loop (preempted() says whether a signal asked)
+  };
+  /// After a step: `global_step` counts every step of the run, `run_steps` those of this invocation.
+  Action after_step(int64_t global_step, int64_t run_steps);
+  bool preempted() const { return preempted_; }
+
+ private:
+  const TrainConfig& config_;
+  dist::ProcessGroup* pg_;
+  Device comm_;  // where the group's collectives take their tensors
+  dist::PreemptionGuard guard_;
+  dist::Heartbeat heartbeat_;  // for the launcher's --watchdog-timeout
+  bool preempted_ = false;
+};
 
 /// One epoch's counters and progress lines: "epoch E step S/N loss L X samples/s" every
 /// `log_every` steps, and "epoch E done: ..." at the end.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -74,7 +75,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto test_set = sets.test;
 
   manual_seed(static_cast<uint64_t>(c.seed));
-  auto model = make_model(c.model);
+  auto model = make_model(c.model, c.dropout);
   model->to(c.device);
   MixedPrecision mp(c.amp, c.amp_mode);
   mp.prepare_model(*model);
@@ -93,17 +94,21 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
-  if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  if (c.ddp)
+    pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
+                                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;
 
   nn::TrainingState state;
+  if (c.auto_resume && c.resume.empty() && std::filesystem::exists(c.save)) c.resume = c.save;
   if (!c.resume.empty() && c.zero == 0) {
     state = pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get())
                : nn::load_checkpoint(c.resume, *model, opt.get());
     mp.load(state);
-    out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+    out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
+                       state.step);
   }
   // After loading, so every rank starts from rank 0's (identical) checkpoint.
   std::unique_ptr<dist::DistributedDataParallel> ddp;
@@ -125,7 +130,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     if (!c.resume.empty()) {
       state = dist::load_zero_checkpoint(c.resume, *model, *z);
       mp.load(state);
-      out << fmt::format("resumed from {} at epoch {} (step {})\n", c.resume, state.epoch, state.step);
+      out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
+                         state.step);
     }
     out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
                        z->reducer().buckets().size(), world);
@@ -147,12 +153,36 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TrainResult r;
   const auto start = Clock::now();
   double train_seconds = 0;
-  int64_t samples = 0;
+  int64_t samples = 0, run_steps = 0;
+  StepCheckpoints checkpoints(c, pg.get());
+  // Everything a resumed step needs is in `state` (position, generator, scaler) or a closed form
+  // of the step (the schedule), so a checkpoint may be taken after any step.
+  auto save = [&](int64_t epoch, int64_t batch) {
+    const auto t0 = Clock::now();
+    state.epoch = epoch;
+    state.batch = batch;
+    state.rng = default_generator().state();
+    mp.save(state);
+    if (zero)
+      dist::save_zero_checkpoint(c.save, *model, *zero, state,
+                                 c.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
+                                                                : dist::ZeroCheckpointKind::kConsolidated);
+    else if (pg)
+      dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
+    else
+      nn::save_checkpoint(c.save, *model, opt.get(), state);
+    ++r.checkpoints;
+    r.checkpoint_seconds += seconds_since(t0);
+  };
+  const int64_t first_epoch = state.epoch, first_batch = state.batch;
   const int64_t last_epoch =
-      c.stop_after_epochs > 0 ? std::min(c.epochs, state.epoch + c.stop_after_epochs) : c.epochs;
-  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
+      c.stop_after_epochs > 0 ? std::min(c.epochs, first_epoch + c.stop_after_epochs) : c.epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch && !r.preempted; ++epoch) {
     loader.set_epoch(epoch);
+    int64_t batch_no = epoch == first_epoch ? first_batch : 0;
+    loader.set_start_batch(batch_no);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
+    bool stop = false;
     for (data::Example& batch : loader) {
       Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
       Tensor loss;
@@ -167,10 +197,22 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       double l = loss.item<double>();
       r.step_losses.push_back(l);
       ++state.step;
+      ++run_steps;
+      ++batch_no;
       progress.step(y.size(0) * world, l);
+      const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
+      if (act.save) save(epoch, batch_no);
+      if (act.save && act.stop)
+        out << fmt::format("saved {} at epoch {} batch {} (step {})\n", c.save, epoch, batch_no, state.step);
+      if ((stop = act.stop)) break;
     }
     train_seconds += progress.finish();
     samples += progress.samples();
+    if (stop) {
+      r.preempted = checkpoints.preempted();
+      out << (r.preempted ? "preempted: stopped after step " : "stopped after step ") << state.step << "\n";
+      break;
+    }
     double epoch_loss = progress.mean_loss();
     if (pg) {
       Tensor l = tensor({epoch_loss}, dtype(kFloat64));
@@ -187,20 +229,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     r.test_accuracy = test_acc;
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), test_loss, test_acc);
-    if (!c.save.empty()) {
-      state.epoch = epoch + 1;
-      state.rng = default_generator().state();
-      mp.save(state);
-      if (zero)
-        dist::save_zero_checkpoint(c.save, *model, *zero, state,
-                                   c.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
-                                                                  : dist::ZeroCheckpointKind::kConsolidated);
-      else if (pg)
-        dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
-      else
-        nn::save_checkpoint(c.save, *model, opt.get(), state);
-    }
+    if (!c.save.empty()) save(epoch + 1, 0);
   }
+  r.steps = state.step;
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.skipped_steps = mp.skipped_steps();
@@ -227,6 +258,10 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"samples_per_sec", r.samples_per_sec},
       {"wall_seconds", r.wall_seconds},
       {"skipped_steps", r.skipped_steps},
+      {"steps", r.steps},
+      {"checkpoints", r.checkpoints},
+      {"checkpoint_seconds", r.checkpoint_seconds},
+      {"preempted", r.preempted},
   };
   if (c.pipeline_stages > 1) {
     line["pipeline_stages"] = c.pipeline_stages;

@@ -27,6 +27,19 @@ struct TrainConfig {
   /// Stop after this many epochs of this invocation (0: run to `epochs`); the schedule still
   /// spans `epochs`, so a later --resume continues the same run (time-sliced or pre-emptible jobs).
   int64_t stop_after_epochs = 0;
+  /// Also checkpoint (to `save`) every N optimizer steps, mid-epoch included (0: only per epoch).
+  /// The checkpoint holds the position in the epoch, so --resume continues exactly there.
+  int64_t save_every = 0;
+  /// Resume from `save` when that checkpoint exists (a restarted job picks up its latest one; the
+  /// launcher's --max-restarts relies on it); start afresh otherwise.
+  bool auto_resume = false;
+  /// Stop (saving first when `save` is set) after N steps of this invocation (0: never); as a
+  /// SIGTERM would, but deterministically (tests, time-sliced jobs).
+  int64_t stop_after_steps = 0;
+  /// Collective (and rendezvous) timeout in seconds under --ddp and the pipeline.
+  double timeout_s = 300;
+  /// Dropout probability after each hidden ReLU of the MLP (0: none).
+  double dropout = 0;
   int64_t log_every = 100;
   /// DataLoader worker threads. 0 (the default) gathers each batch in the training thread: the
   /// data set is in memory and a batch is one index_select, while a worker thread would compete
@@ -72,6 +85,11 @@ struct TrainResult {
   int rank = 0;        // this process's rank (0 without --ddp)
   int world_size = 1;  // ranks that trained together
   int dropped_batches = 0;  // pipeline: each epoch's last batch when it does not split into micro-batches
+  /// The run stopped early on SIGTERM/SIGINT, after saving (main exits with dist::kExitPreempted).
+  bool preempted = false;
+  int64_t steps = 0;  // the global step reached
+  int64_t checkpoints = 0;          // checkpoints written (per epoch, --save-every, on stopping)
+  double checkpoint_seconds = 0;    // wall time spent writing them (rank 0's, waits included)
 };
 
 /// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or

@@ -40,6 +40,7 @@ void save(const std::string& path, const Module& model, const optim::StateDict* 
       {kFormatKey, kFormat},
       {"kiln.step", std::to_string(state.step)},
       {"kiln.epoch", std::to_string(state.epoch)},
+      {"kiln.batch", std::to_string(state.batch)},
       {"kiln.rng.seed", std::to_string(state.rng.seed)},
       {"kiln.rng.offset", std::to_string(state.rng.offset)},
       {"kiln.model", model.type_name()},
@@ -83,6 +84,10 @@ TrainingState load_checkpoint(const std::string& path, Module& model, optim::Opt
   };
   number("kiln.step", st.step);
   number("kiln.epoch", st.epoch);
+  // Absent from checkpoints written before mid-epoch saves existed: those were taken at epoch ends.
+  if (file.metadata.count("kiln.batch")) number("kiln.batch", st.batch);
+  if (st.step < 0 || st.epoch < 0 || st.batch < 0)
+    bad(fmt::format("negative position: step {}, epoch {}, batch {}", st.step, st.epoch, st.batch));
   number("kiln.rng.seed", st.rng.seed);
   number("kiln.rng.offset", st.rng.offset);
   for (const auto& [key, value] : file.metadata)

@@ -19,7 +19,10 @@ namespace kiln::nn {
 /// Where training stands, saved beside the weights.
 struct TrainingState {
   int64_t step = 0;
+  /// The epoch in progress, and how many of its batches are done: (e, 0) is the start of epoch e,
+  /// (e, b) a checkpoint taken mid-epoch after its b-th step.
   int64_t epoch = 0;
+  int64_t batch = 0;
   /// The generator state to restore on resume (usually kiln::default_generator().state()).
   GeneratorState rng;
   /// Free-form string metadata, saved as "extra.<key>".

@@ -18,6 +18,7 @@
 
 #include "core/fd.h"
 #include "core/ops.h"
+#include "nn/checksum.h"
 
 namespace kiln::nn {
 
@@ -138,10 +139,27 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   // Header first, from shapes alone: tensors are copied to the host one at a time below. Keys
   // in the reference writer's order: __metadata__, then tensors by name, each dtype, shape,
   // data_offsets.
+  // The checksums go in the header, so every tensor is on the host (a no-op for contiguous CPU
+  // tensors) before anything is written.
+  std::map<std::string, std::string> meta_all = metadata;
+  for (const auto& [key, value] : metadata) {
+    std::string unused;
+    check(!parse_checksum_key(key, unused), fmt::format("metadata key {} is reserved for checksums", quote(key)));
+  }
+  std::vector<Tensor> host;
+  for (const auto& [name, t] : tensors) {
+    check(!name.empty(), "a tensor has an empty name");
+    check(name != "__metadata__", "\"__metadata__\" is reserved and cannot name a tensor");
+    check(is_valid_utf8(name), fmt::format("tensor name {} is not valid UTF-8", quote(name)));
+    check(t.defined(), fmt::format("tensor '{}' is undefined", name));
+    host.push_back(t.detach().to(kCPU).contiguous());
+    meta_all[checksum_key(name)] =
+        tensor_checksum(host.back().data_ptr(), static_cast<size_t>(host.back().numel()) * host.back().element_size());
+  }
   nlohmann::ordered_json doc = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
+  if (!meta_all.empty()) {
     auto& meta = doc["__metadata__"] = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metadata) {
+    for (const auto& [key, value] : meta_all) {
       check(is_valid_utf8(key) && is_valid_utf8(value),
             fmt::format("metadata key {} or its value is not valid UTF-8", quote(key)));
       meta[key] = value;
@@ -149,10 +167,6 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    check(!name.empty(), "a tensor has an empty name");
-    check(name != "__metadata__", "\"__metadata__\" is reserved and cannot name a tensor");
-    check(is_valid_utf8(name), fmt::format("tensor name {} is not valid UTF-8", quote(name)));
-    check(t.defined(), fmt::format("tensor '{}' is undefined", name));
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
     auto& entry = doc[name];
     entry["dtype"] = safetensors_dtype_name(t.dtype());
@@ -176,10 +190,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
     io(write_all(fd.get(), len, 8), "write");
     io(write_all(fd.get(), header.data(), header.size()), "write");
-    for (const auto& [name, t] : tensors) {
-      Tensor host = t.detach().to(kCPU).contiguous();
-      io(write_all(fd.get(), host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size()), "write");
-    }
+    for (const Tensor& h : host)
+      io(write_all(fd.get(), h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size()), "write");
     io(::fsync(fd.get()) == 0, "fsync");
     io(fd.reset() == 0, "close");
     if (::rename(tmp.c_str(), path.c_str()) != 0)
@@ -228,13 +240,16 @@ SafetensorsContents load_safetensors(const std::string& path) {
 
   SafetensorsContents out;
   std::vector<Entry> entries;
+  std::map<std::string, std::string> checksums;  // tensor -> "xxh3_64:..." (Kiln-written files)
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) bad(fmt::format("__metadata__ is a JSON {}, expected an object", v.type_name()));
       for (const auto& [key, value] : v.items()) {
         if (!value.is_string())
           bad(fmt::format("__metadata__ value of {} is a JSON {}, expected a string", quote(key), value.type_name()));
-        out.metadata[key] = value.get<std::string>();
+        std::string tensor;
+        if (parse_checksum_key(key, tensor)) checksums[tensor] = value.get<std::string>();
+        else out.metadata[key] = value.get<std::string>();
       }
       continue;
     }
@@ -314,12 +329,27 @@ SafetensorsContents load_safetensors(const std::string& path) {
   }
   if (expected != data_size)
     bad(fmt::format("{} trailing bytes after the last tensor's data", data_size - expected));
+  // Files from other tools carry no checksums and load as they are; Kiln's cover every tensor.
+  for (const auto& [tensor, sum] : checksums)
+    if (std::none_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == tensor; }))
+      bad(fmt::format("__metadata__ holds a checksum for tensor {}, which the file does not contain", quote(tensor)));
+  if (!checksums.empty())
+    for (const Entry& e : entries)
+      if (!checksums.count(e.name))
+        bad(fmt::format("tensor {} has no checksum while the file's other tensors do", quote(e.name)));
 
   for (const Entry& e : entries) {
     Tensor t = make_tensor(e.shape, e.dtype, kCPU);
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
     if (nbytes && !pread_all(fd.get(), t.data_ptr(), nbytes, data_start + e.begin))
       bad(fmt::format("cannot read the data of tensor {} (the file changed while reading?)", quote(e.name)));
+    if (auto it = checksums.find(e.name); it != checksums.end()) {
+      const std::string got = tensor_checksum(t.data_ptr(), nbytes);
+      if (got != it->second)
+        bad(fmt::format("tensor {} fails its checksum: the header records {}, its {} bytes hash to {} (the data is "
+                        "corrupt)",
+                        quote(e.name), quote(it->second), nbytes, got));
+    }
     if (e.dtype == kBool) {
       const auto* p = static_cast<const uint8_t*>(t.data_ptr());
       for (size_t i = 0; i < nbytes; ++i)

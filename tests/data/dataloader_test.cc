@@ -290,3 +290,36 @@ TEST_CASE("Leaving an epoch early stops the workers without hanging") {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds < 30.0);
 }
+
+TEST_CASE("DataLoader resumed mid-epoch yields exactly the rest of that epoch, then whole epochs") {
+  auto ds = counting_dataset(23);
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    DataLoaderOptions o{.batch_size = 4, .shuffle = true, .num_workers = workers, .seed = 11};
+    DataLoader whole(ds, o);
+    whole.set_epoch(1);
+    auto e1 = epoch_targets(whole), e2 = epoch_targets(whole);
+    REQUIRE(e1.size() == 6);
+
+    DataLoader resumed(ds, o);
+    resumed.set_epoch(1);
+    resumed.set_start_batch(4);
+    CHECK(resumed.start_batch() == 4);
+    std::vector<int64_t> seen_index;
+    std::vector<std::vector<int64_t>> rest;
+    for (auto it = resumed.begin(); it != resumed.end(); ++it) {
+      seen_index.push_back(it.batch_index());
+      rest.push_back(it->target.to_vector<int64_t>());
+    }
+    CHECK(seen_index == std::vector<int64_t>{4, 5});
+    CHECK(rest == std::vector<std::vector<int64_t>>(e1.begin() + 4, e1.end()));
+    CHECK(resumed.start_batch() == 0);
+    CHECK(epoch_targets(resumed) == e2);  // the next epoch is whole again
+
+    resumed.set_start_batch(6);  // a checkpoint taken after the epoch's last step
+    CHECK(epoch_targets(resumed).empty());
+  }
+  DataLoader loader(ds, {.batch_size = 4});
+  CHECK(test::contains(test::error_of([&] { loader.set_start_batch(7); }), "start batch 7"));
+  CHECK(test::contains(test::error_of([&] { loader.set_start_batch(-1); }), "start batch -1"));
+}

@@ -168,6 +168,57 @@ for r in 0 1 2; do
   expect_contains "$tmp/out" "[rank $r] exchange ok rank $r" "exchange rank $r"
 done
 
+echo "== --max-restarts: the whole group restarts on a fresh port with KILN_RESTART_COUNT, then gives up naming each failure"
+"$launch" --nproc-per-node 2 --max-restarts 2 -- sh -c \
+  'echo "attempt $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; [ "$RANK" = 1 ] && sleep 0.5 && exit 3; sleep 30' \
+  >"$tmp/out" 2>"$tmp/err"
+code=$?
+[ "$code" -eq 3 ] || fail "--max-restarts 2 with a rank that always fails: exit $code (want 3)"
+for a in 0 1 2; do expect_contains "$tmp/out" "[rank 1] attempt $a $a port" "restart $a"; done
+[ "$(grep -c '^\[rank 0\] attempt' "$tmp/out")" -eq 3 ] || fail "rank 0 was not restarted with rank 1"
+[ "$(grep -o 'port [0-9]*' "$tmp/out" | sort -u | wc -l)" -ge 2 ] || fail "every round reused one port"
+expect_contains "$tmp/err" "launch: restarting all 2 ranks (restart 1 of 2) after: rank 1 (pid" "first restart"
+expect_contains "$tmp/err" "launch: restarting all 2 ranks (restart 2 of 2) after: rank 1 (pid" "second restart"
+expect_contains "$tmp/err" "launch: giving up after 2 restart(s); the failures were:" "giving up"
+[ "$(grep -c 'attempt [123]: rank 1 (pid [0-9]*) exited with status 3' "$tmp/err")" -eq 3 ] \
+  || { fail "the give-up message should name all 3 failures:"; cat "$tmp/err"; }
+# A job that succeeds after one failure exits 0; a stop signal to the launcher is never restarted.
+"$launch" --nproc-per-node 1 --max-restarts 1 -- sh -c '[ "$KILN_RESTART_COUNT" = 1 ] || exit 4' >"$tmp/out" 2>"$tmp/err"
+code=$?
+[ "$code" -eq 0 ] || fail "a job that succeeds on its restart exited $code"
+"$launch" --nproc-per-node 1 --max-restarts 3 -- sh -c 'echo started; sleep 30' >"$tmp/out" 2>"$tmp/err" &
+lpid=$!
+for _ in $(seq 1 600); do grep -q started "$tmp/out" && break; sleep 0.05; done
+kill -TERM "$lpid"
+wait "$lpid"
+code=$?
+[ "$code" -eq 143 ] || fail "SIGTERM under --max-restarts: exit $code (want 143)"
+[ "$(grep -c started "$tmp/out")" -eq 1 ] || fail "the launcher restarted after its own SIGTERM"
+"$launch" --nnodes 2 --master-port 29999 --max-restarts 1 -- true 2>"$tmp/err"
+[ $? -eq 2 ] && expect_contains "$tmp/err" "--max-restarts needs --nnodes 1" "multi-node restarts refused"
+
+echo "== --watchdog-timeout: no heartbeat for the timeout -> each rank's last step named, SIGUSR1, stop, exit 124"
+start=$(date +%s)
+"$launch" --nproc-per-node 2 --watchdog-timeout 2 --kill-grace 1 -- sh -c '
+  trap "echo got SIGUSR1" USR1
+  last=$((5 - RANK)); i=0
+  while [ $i -lt $last ]; do i=$((i + 1)); printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.2; done
+  echo "rank $RANK hangs at step $last"; sleep 100 & while :; do wait; done' >"$tmp/out" 2>"$tmp/err"
+code=$?
+elapsed=$(($(date +%s) - start))
+[ "$code" -eq 124 ] || fail "watchdog: exit $code (want 124)"
+[ "$elapsed" -lt 20 ] || fail "watchdog: took $elapsed s to stop a job stalled for 2 s"
+expect_contains "$tmp/err" "launch: watchdog: no rank made progress for 2 s (last heartbeats: rank 0: step 5, rank 1: step 4); stalled rank(s) furthest behind: 1" "watchdog report"
+expect_contains "$tmp/out" "[rank 0] got SIGUSR1" "SIGUSR1 to rank 0"
+expect_contains "$tmp/out" "[rank 1] got SIGUSR1" "SIGUSR1 to rank 1"
+expect_contains "$tmp/err" "launch: stopped the job: no rank made progress" "watchdog stop line"
+# A job that keeps beating is left alone.
+"$launch" --nproc-per-node 1 --watchdog-timeout 1 -- sh -c '
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12; do printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.25; done' \
+  >"$tmp/out" 2>"$tmp/err"
+code=$?
+[ "$code" -eq 0 ] || { fail "watchdog: a job beating every 0.25 s was stopped (exit $code)"; cat "$tmp/err"; }
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -28,6 +28,11 @@ expect 2 "--model: must be one of mlp|cnn, got 'resnet'" -- --model resnet
 expect 2 "--epochs: expects an integer, got 'three'" -- --epochs three
 expect 2 "--epochs: must be in [1, 1000], got 0" -- --epochs 0
 expect 2 "--lr: expects a number, got 'fast'" -- --lr fast
+expect 2 "--save-every needs --save" -- --save-every 10
+expect 2 "--auto-resume needs --save" -- --auto-resume
+expect 2 "--dropout applies to --model mlp only" -- --model cnn --dropout 0.1
+expect 2 "--timeout: must be in" -- --timeout 0
+expect 2 "--save-every: must be in" -- --save-every -1
 expect 2 "--lr: expects a number, got 'nan'" -- --lr nan
 expect 2 "--batch-size: 1 required" -- --batch-size
 expect 2 "--batch-size: expects an integer, got '12abc'" -- --batch-size 12abc

@@ -58,6 +58,28 @@ for key in train_loss test_loss; do
     fail "resumed: $key $(field "$resumed" $key) vs uninterrupted $(field "$whole" $key)"
 done
 
+# Mid-epoch: --save-every and --stop-after-steps stop every stage after step 11 (epoch 0 has 16),
+# --auto-resume continues there, and each stage's final file equals the uninterrupted run's.
+run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/full.safetensors" >/dev/null || fail "full --save run failed"
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/mid.safetensors" --save-every 5 --stop-after-steps 11)
+[ $? -eq 0 ] || fail "--stop-after-steps run failed: $out"
+[[ "$out" == *"[rank 0] stopped after step 11"* ]] || fail "no stop line: $out"
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/mid.safetensors" --auto-resume)
+[[ "$out" == *"[rank 0] resumed from $dir/mid.safetensors at epoch 0 batch 11 (step 11)"* ]] ||
+  fail "no mid-epoch resume line: $out"
+for s in 0 1; do
+  cmp -s "$dir/full.stage$s-of-2.safetensors" "$dir/mid.stage$s-of-2.safetensors" ||
+    fail "stage $s: the run stopped at step 11 and resumed differs from the uninterrupted run"
+done
+# Stage files of different steps (a run killed while its stages saved) are refused on every rank.
+run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/mix.safetensors" --stop-after-steps 3 >/dev/null
+cp "$dir/mix.stage1-of-2.safetensors" "$dir/stage1.step3"
+run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/mix.safetensors" --auto-resume --stop-after-steps 2 >/dev/null
+cp "$dir/stage1.step3" "$dir/mix.stage1-of-2.safetensors"
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --resume "$dir/mix.safetensors")
+[ $? -ne 0 ] || fail "stage files of steps 5 and 3 were resumed from"
+[[ "$out" == *"the stage files hold different steps (from 3 to 5"* ]] || fail "mixed stage files: $out"
+
 # Hybrid: 2 stages x 2 replicas trains as 2-rank data parallel (the same shards; the replicas'
 # gradients averaged by DDP within each stage).
 ddp=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --ddp 2>&1 | grep '\[rank 0\] {' | tail -1)

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "nn/safetensors.h"
@@ -67,6 +69,7 @@ TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra m
   TrainingState st;
   st.step = 1234;
   st.epoch = 7;
+  st.batch = 42;
   st.rng = default_generator().state();
   st.extra = {{"run", "fashion-mlp"}, {"best_acc", "0.87"}};
   save_checkpoint(path, a, &opt_a, st);
@@ -78,6 +81,7 @@ TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra m
   TrainingState got = load_checkpoint(path, b, &opt_b);
   CHECK(got.step == 1234);
   CHECK(got.epoch == 7);
+  CHECK(got.batch == 42);
   CHECK(got.rng.seed == st.rng.seed);
   CHECK(got.rng.offset == st.rng.offset);
   CHECK(got.extra == st.extra);
@@ -103,6 +107,7 @@ TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra m
   CHECK(raw.tensors.count("model.head.bias") == 1);
   CHECK(raw.tensors.count("optim.state.0.exp_avg") == 1);
   CHECK(raw.metadata.at("kiln.step") == "1234");
+  CHECK(raw.metadata.at("kiln.batch") == "42");
   CHECK(raw.metadata.at("extra.run") == "fashion-mlp");
   CHECK(raw.metadata.at("kiln.optimizer") == "Adam");
 }
@@ -217,4 +222,32 @@ TEST_CASE("a failed checkpoint save leaves the previous checkpoint in place") {
   CHECK(contains(error_of([&] { save_checkpoint(nowhere, a, nullptr, {.step = 2}); }), nowhere));
   CHECK(read_bytes(path) == before);
   CHECK_FALSE(std::filesystem::exists(dir + "/missing"));
+}
+
+TEST_CASE("a checkpoint with a flipped byte in a weight is refused naming the tensor, and changes nothing") {
+  std::string dir = scratch_dir("ckpt_bitflip");
+  std::string path = dir + "/ckpt.safetensors";
+  manual_seed(3);
+  Tiny a;
+  optim::Adam opt_a(a.parameters(), 0.1);
+  train_step(a, opt_a);
+  save_checkpoint(path, a, &opt_a, {});
+  auto bytes = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  auto header = nlohmann::json::parse(std::string(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n)));
+  const uint64_t begin = header["model.weight"]["data_offsets"][0].get<uint64_t>();
+  bytes[8 + n + begin + 1] ^= 0x01;  // one bit of model.weight's first float
+  write_bytes(path, bytes);
+
+  manual_seed(4);
+  Tiny b;
+  optim::Adam opt_b(b.parameters(), 0.1);
+  auto before = b.state_dict();
+  std::map<std::string, Tensor> copy;
+  for (auto& [k, t] : before) copy[k] = t.clone();
+  std::string msg = error_of([&] { load_checkpoint(path, b, &opt_b); });
+  CHECK_MESSAGE(contains(msg, path), msg);
+  CHECK_MESSAGE(contains(msg, "tensor \"model.weight\" fails its checksum"), msg);
+  for (auto& [k, t] : b.state_dict()) CHECK(identical(t, copy.at(k)));
 }

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/ops.h"
 #include "nn/safetensors.h"
 #include "tests/file_util.h"
@@ -103,6 +105,7 @@ TEST_CASE("safetensors round-trips every dtype and the metadata") {
   CHECK(names.metadata.empty());
 }
 
+// Kiln adds each tensor's XXH3-64 (of its little-endian bytes) to the metadata.
 TEST_CASE("safetensors files follow the format byte for byte") {
   std::string dir = scratch_dir("st_format");
   std::string path = dir + "/x.safetensors";
@@ -114,7 +117,8 @@ TEST_CASE("safetensors files follow the format byte for byte") {
   CHECK((8 + n) % 8 == 0);  // data 8-byte aligned, header padded with spaces
   std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
   std::string expected =
-      R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"({"__metadata__":{"k":"v","kiln.checksum.a":"xxh3_64:f87b05471331b3ae",)"
+      R"("kiln.checksum.b":"xxh3_64:0389e2c8892d5450"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
       R"("b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}})";
   CHECK(header.substr(0, expected.size()) == expected);
   CHECK(header.find_first_not_of(' ', expected.size()) == std::string::npos);
@@ -266,4 +270,62 @@ TEST_CASE("a failed save leaves the existing file untouched and no temporary beh
   // A successful save replaces the file.
   save_safetensors(path, {{"x", zeros({9})}});
   CHECK(load_safetensors(path).tensors.at("x").numel() == 9);
+}
+
+TEST_CASE("a flipped bit in any tensor's data is refused naming the tensor; files without checksums still load") {
+  std::string dir = scratch_dir("st_checksum");
+  std::string good = dir + "/good.safetensors", path = dir + "/bad.safetensors";
+  auto tensors = every_dtype();
+  save_safetensors(good, tensors, {{"step", "3"}});
+  const auto bytes = read_bytes(good);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  const uint64_t data_start = 8 + n;
+
+  // The checksums are in the header (for any reader to see) but not in the metadata returned.
+  std::string header(bytes.begin() + 8, bytes.begin() + static_cast<long>(data_start));
+  CHECK(contains(header, "\"kiln.checksum.f32\":\"xxh3_64:"));
+  CHECK(load_safetensors(good).metadata == std::map<std::string, std::string>{{"step", "3"}});
+
+  // Flip one bit of every data byte in turn: each is refused, naming the tensor that holds it.
+  auto parsed = nlohmann::json::parse(header);
+  int refused = 0;
+  for (uint64_t at = data_start; at < bytes.size(); ++at) {
+    std::string owner;
+    for (const auto& [name, v] : parsed.items())
+      if (name != "__metadata__" && at - data_start >= v["data_offsets"][0].get<uint64_t>() &&
+          at - data_start < v["data_offsets"][1].get<uint64_t>())
+        owner = name;
+    REQUIRE(!owner.empty());
+    auto bad = bytes;
+    bad[at] ^= 0x10;
+    write_bytes(path, bad);
+    std::string msg = error_of([&] { load_safetensors(path); });
+    CHECK_MESSAGE(contains(msg, path), msg);
+    CHECK_MESSAGE(contains(msg, "tensor \"" + owner + "\" fails its checksum"), msg);
+    refused += !msg.empty();
+  }
+  CHECK(refused == static_cast<int>(bytes.size() - data_start));
+
+  // A file written by another tool (no checksums) loads unchecked, as before.
+  std::vector<uint8_t> data = {0, 0, 128, 63, 0, 0, 0, 64};  // f32 1.0, 2.0
+  write_bytes(path, file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
+  CHECK(load_safetensors(path).tensors.at("w").to_vector<float>() == std::vector<float>{1.0f, 2.0f});
+
+  // A checksum without its tensor, or a tensor missing its checksum among checksummed ones.
+  write_bytes(path, file_bytes(R"({"__metadata__":{"kiln.checksum.v":"xxh3_64:0000000000000000"},)"
+                               R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                               data));
+  CHECK(contains(error_of([&] { load_safetensors(path); }), "checksum for tensor \"v\""));
+  save_safetensors(path, {{"w", tensor({1.0f, 2.0f})}});
+  auto two = read_bytes(path);
+  std::string h2(two.begin() + 8, two.end() - 8);
+  auto doc = nlohmann::ordered_json::parse(h2);
+  doc["x"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {8, 8}}};
+  write_bytes(path, file_bytes(doc.dump(), std::vector<uint8_t>(two.end() - 8, two.end())));
+  CHECK(contains(error_of([&] { load_safetensors(path); }), "tensor \"x\" has no checksum"));
+
+  // Users cannot write the reserved keys themselves.
+  CHECK(contains(error_of([&] { save_safetensors(path, {{"w", ones({1})}}, {{"kiln.checksum.w", "x"}}); }),
+                 "reserved for checksums"));
 }
