@@ -16,6 +16,7 @@
 #include "profiler/memory.h"
 #include "profiler/profiler.h"
 #include "profiler/schedule.h"
+#include "profiler/tensorboard.h"
 #include "tests/file_util.h"
 
 using namespace kiln;
@@ -193,4 +194,18 @@ TEST_CASE("memory: counters track current and peak; an OOM writes a snapshot by 
   CHECK(text.find("by op") != std::string::npos);
   CHECK(text.find("make_keep") != std::string::npos);
   CHECK(text.find("by size") != std::string::npos);
+}
+
+TEST_CASE("CRC-32C and its TFRecord mask match the published check values") {
+  CHECK(profiler::crc32c("123456789", 9) == 0xE3069283u);  // RFC 3720 B.4 / the CRC catalogue
+  const char zeros[32] = {};
+  CHECK(profiler::crc32c(zeros, 32) == 0x8A9136AAu);       // RFC 3720 B.4: 32 bytes of zeros
+  uint32_t c = 0xE3069283u;
+  CHECK(profiler::masked_crc32c("123456789", 9) == ((c >> 15) | (c << 17)) + 0xa282ead8u);
+}
+
+TEST_CASE("SummaryWriter refuses a log directory it cannot create, naming it") {
+  std::string file = test::scratch_dir("tb_bad") + "/plain_file";
+  std::ofstream(file) << "x";
+  CHECK_THROWS_WITH_AS(profiler::SummaryWriter(file + "/sub"), doctest::Contains("plain_file/sub"), Error);
 }
