@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <tuple>
 
 #include "core/parallel.h"
@@ -17,10 +18,13 @@
 #include "distributed/pipeline_balance.h"
 #include "distributed/pipeline_checkpoint.h"
 #include "distributed/scaler_sync.h"
+#include "distributed/traced_process_group.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
+#include "examples/run_monitor.h"
 #include "examples/train_parts.h"
 #include "optim/lr_scheduler.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples {
 namespace {
@@ -80,7 +84,11 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
-  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  profiler::track_memory();
+  // Traced (flight recorder; sends and receives on the profiler's tracks) and clock-aligned.
+  std::shared_ptr<dist::ProcessGroup> world =
+      dist::trace_process_group(dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"}));
+  dist::align_profiler_clock(*world);
   const Device comm = world->backend() == "nccl" ? c.device : kCPU;
   dist::PipelineGroups groups;
   if (c.ddp) {
@@ -157,6 +165,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   data::DataLoader loader(sets.train, lo);
   const int64_t total_steps = c.epochs * loader.size();
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
+  // MFU needs the FLOPs of this rank's stage per sample: not computed for pipelines (0: none shown).
+  RunMonitor monitor(monitor_config(c), world->rank(), /*flops_per_sample=*/0, c.device.is_cuda(), out);
+  profiler::reset_peak(c.device.type);
   const auto start = Clock::now();
   double train_seconds = 0;
   int64_t samples = 0;
@@ -164,21 +175,33 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     loader.set_epoch(epoch);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
+    monitor.step_begin();
     for (data::Example& batch : loader) {
+      monitor.data_ready();
       opt->zero_grad();
       double l;
       {
+        profiler::RecordFunction range("pipeline step");
         amp::AutocastGuard autocast = mp.autocast();
         l = pipe.train_step(pipe.is_first() ? batch.data : Tensor(), pipe.is_last() ? batch.target : Tensor(), ce);
       }
+      monitor.mark(Phase::kForwardBackward);
       l /= mp.scaler().scale();  // NaN except on the last stage
-      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
-      mp.step(*opt);
+      const double lr = c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr;
+      {
+        profiler::RecordFunction range("optimizer");
+        opt->set_lr(lr);
+        mp.step(*opt);
+      }
+      monitor.mark(Phase::kOptimizer);
       if (pipe.is_last()) r.step_losses.push_back(l);
       ++state.step;
       // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
-      progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0,
-                    [&](double v) { return from_last_stage(*groups.pipeline, comm, {v})[0]; });
+      double shown = std::numeric_limits<double>::quiet_NaN();  // the loss, where a line brought it up
+      progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0, [&](double v) {
+        return shown = from_last_stage(*groups.pipeline, comm, {v})[0];
+      });
+      monitor.step_end(batch.target.size(0) * replicas, shown, lr, -1, mp.scaler().scale());
     }
     train_seconds += progress.finish();
     samples += progress.samples();
@@ -193,6 +216,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
         evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr, comm);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
+    monitor.test_metrics(r.test_loss, r.test_accuracy, state.step);
     if (!c.save.empty()) {
       state.epoch = epoch + 1;
       state.rng = default_generator().state();
@@ -204,6 +228,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.skipped_steps = mp.skipped_steps();
+  r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
   r.rank = world->rank();
   r.world_size = world->size();
   return r;

@@ -4,7 +4,9 @@
 // holds the backends' own function pointers, so the off state costs nothing per op.
 #include <fmt/format.h>
 
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "core/kernels.h"
 #include "profiler/hooks.h"
@@ -19,9 +21,11 @@ bool g_record_shapes = false;
 struct ArgInfo {
   std::string shapes;
   const Tensor* first = nullptr;
+  std::vector<const Tensor*> tensors;  // every tensor argument, undefined ones included
 };
 
 void note(ArgInfo& info, const Tensor& t) {
+  info.tensors.push_back(&t);
   if (!t.defined()) return;
   if (info.first == nullptr) info.first = &t;
   if (!g_record_shapes) return;
@@ -32,6 +36,17 @@ void note(ArgInfo& info, const std::vector<Tensor>& ts) {
   for (const Tensor& t : ts) note(info, t);
 }
 template <class T> void note(ArgInfo&, const T&) {}
+
+/// FLOPs (2 x multiply-adds) of the forward GEMM-like kernels, from their argument tensors in
+/// kernel-table order: linear(out, x, w, bias), bmm(out, a, b), conv2d(out, x, w, bias).
+double flops_of(std::string_view name, const std::vector<const Tensor*>& t) {
+  auto numel = [&](size_t i) { return static_cast<double>(t[i]->numel()); };
+  if (name == "linear" && t.size() >= 3 && t[2]->defined()) return 2 * numel(0) * static_cast<double>(t[2]->size(-1));
+  if (name == "bmm" && t.size() >= 2 && t[1]->defined()) return 2 * numel(0) * static_cast<double>(t[1]->size(-1));
+  if (name == "conv2d" && t.size() >= 3 && t[2]->defined() && t[2]->size(0) > 0)
+    return 2 * numel(0) * numel(2) / static_cast<double>(t[2]->size(0));
+  return 0;
+}
 
 template <class Sig, KernelStub<Sig>* S> struct Hook;
 template <class R, class... A, KernelStub<R(A...)>* S> struct Hook<R(A...), S> {
@@ -46,6 +61,7 @@ template <class R, class... A, KernelStub<R(A...)>* S> struct Hook<R(A...), S> {
     e.name = S->name();
     e.category = "kernel";
     e.shapes = std::move(info.shapes);
+    e.flops = flops_of(S->name(), info.tensors);
     if (info.first != nullptr) {
       e.dtype = std::string(dtype_name(info.first->dtype()));
       e.device = info.first->device().str();

@@ -47,6 +47,7 @@ KeyAverages::KeyAverages(const std::vector<Event>& events, bool group_by_shape) 
     a.self_ns += self[i];
     if (e.device_ms > 0) a.device_ms += e.device_ms;
     a.bytes += e.bytes;
+    a.flops += e.flops;
   }
   for (auto& [k, a] : agg) rows_.push_back(std::move(a));
   std::stable_sort(rows_.begin(), rows_.end(), [](const KeyAverage& a, const KeyAverage& b) { return a.self_ns > b.self_ns; });
@@ -56,6 +57,12 @@ const KeyAverage* KeyAverages::find(const std::string& name) const {
   for (const KeyAverage& r : rows_)
     if (r.name == name) return &r;
   return nullptr;
+}
+
+double KeyAverages::total_flops() const {
+  double f = 0;
+  for (const KeyAverage& r : rows_) f += r.flops;
+  return f;
 }
 
 namespace {

@@ -17,6 +17,7 @@ struct KeyAverage {
   int64_t total_ns = 0, self_ns = 0;
   double device_ms = 0;  // summed kernel time measured on the device (0 on CPU)
   int64_t bytes = 0;     // collectives: payload bytes summed
+  double flops = 0;      // linear, bmm, conv2d: FLOPs summed
 };
 
 class KeyAverages {
@@ -26,6 +27,8 @@ class KeyAverages {
   const std::vector<KeyAverage>& rows() const { return rows_; }
   /// The row named `name` (first match), or nullptr.
   const KeyAverage* find(const std::string& name) const;
+  /// FLOPs of every kernel summed.
+  double total_flops() const;
   /// The table: name, category, calls, self/total time, self %, device time (and shapes);
   /// `row_limit` rows at most (0: all).
   std::string table(size_t row_limit = 0) const;

@@ -36,6 +36,7 @@ struct Event {
   int64_t bytes = 0;                 // alloc/free size; collective payload
   int64_t seq = -1;                  // collective sequence number
   double device_ms = -1;             // measured kernel time on the device (CUDA events), else -1
+  double flops = 0;                  // multiply-adds x 2 of linear, bmm and conv2d kernels (forward)
 };
 
 /// Nanoseconds on the profiler's clock (steady_clock shifted by the offset set by

@@ -107,6 +107,15 @@ TEST_CASE("calls are counted per op") {
   CHECK(u->calls == 14);
 }
 
+TEST_CASE("GEMM-like kernels carry their FLOPs") {
+  NoGradGuard no_grad;
+  profiler::Profiler prof;
+  prof.start();
+  matmul(randn({16, 32}), randn({32, 8}));  // 2 * 16 * 32 * 8
+  prof.stop();
+  CHECK(prof.key_averages().total_flops() == doctest::Approx(2.0 * 16 * 32 * 8));
+}
+
 TEST_CASE("the Chrome trace is valid JSON whose thread events nest and name the rank") {
   profiler::Profiler prof({.record_shapes = true, .rank = 3});
   prof.start();
