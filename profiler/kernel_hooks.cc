@@ -66,6 +66,10 @@ template <class R, class... A, KernelStub<R(A...)>* S> struct Hook<R(A...), S> {
       e.dtype = std::string(dtype_name(info.first->dtype()));
       e.device = info.first->device().str();
     }
+    DeviceTimer* timer = nullptr;
+    if (info.first != nullptr && info.first->device().type != DeviceType::CPU &&
+        (timer = device_timer(static_cast<int>(info.first->device().type))) != nullptr)
+      e.timer_id = timer->begin(info.first->device().index);
     e.start_ns = now_ns();
     struct Pop {
       ~Pop() { pop_scope(); }
@@ -73,10 +77,12 @@ template <class R, class... A, KernelStub<R(A...)>* S> struct Hook<R(A...), S> {
     if constexpr (std::is_void_v<R>) {
       original[D](args...);
       e.end_ns = now_ns();
+      if (timer != nullptr) timer->end(e.timer_id);
       record(std::move(e));
     } else {
       R r = original[D](args...);
       e.end_ns = now_ns();
+      if (timer != nullptr) timer->end(e.timer_id);
       record(std::move(e));
       return r;
     }

@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "profiler/hooks.h"
 
@@ -14,6 +15,7 @@ std::atomic<bool> g_recording{false};
 std::atomic<bool> g_active{false};  // a Profiler owns the hooks (start() .. stop())
 std::atomic<int64_t> g_origin_ns{0};
 std::atomic<uint32_t> g_next_thread{0};
+DeviceTimer* g_timers[8] = {};
 
 struct ThreadBuffer {
   std::mutex mu;  // taken by the owner on append and by stop() when collecting
@@ -59,6 +61,15 @@ int64_t to_profiler_ns(std::chrono::steady_clock::time_point t) {
 int64_t now_ns() { return to_profiler_ns(std::chrono::steady_clock::now()); }
 void set_clock_origin(std::chrono::steady_clock::time_point local_origin) {
   g_origin_ns.store(steady_ns(local_origin), std::memory_order_relaxed);
+}
+
+void register_device_timer(int device_type, DeviceTimer* timer) {
+  KILN_CHECK(device_type >= 0 && device_type < 8, "register_device_timer: device type {} is out of range",
+             device_type);
+  g_timers[device_type] = timer;
+}
+DeviceTimer* device_timer(int device_type) {
+  return device_type >= 0 && device_type < 8 ? g_timers[device_type] : nullptr;
 }
 
 bool is_recording() { return g_recording.load(std::memory_order_relaxed); }
@@ -138,6 +149,14 @@ void Profiler::stop() {
     for (Event& e : b->events) events_.push_back(std::move(e));
     b->events.clear();
   }
+  // Kernel times on the device: every timer answers once its device has finished.
+  for (Event& e : events_) {
+    if (e.timer_id < 0) continue;
+    if (DeviceTimer* t = device_timer(static_cast<int>(Device(e.device).type))) e.device_ms = t->elapsed_ms(e.timer_id);
+    e.timer_id = -1;
+  }
+  for (DeviceTimer* t : g_timers)
+    if (t != nullptr) t->reset();
 }
 
 }  // namespace kiln::profiler

@@ -37,7 +37,23 @@ struct Event {
   int64_t seq = -1;                  // collective sequence number
   double device_ms = -1;             // measured kernel time on the device (CUDA events), else -1
   double flops = 0;                  // multiply-adds x 2 of linear, bmm and conv2d kernels (forward)
+  int64_t timer_id = -1;             // the DeviceTimer measurement behind device_ms, until stop()
 };
+
+/// Times kernels on an accelerator's own clock: begin() before a kernel is queued, end() after;
+/// elapsed_ms() waits for the device and answers. A backend registers one per device type
+/// (profiler/cuda_timer.cc for CUDA); the profiler resolves every measurement in stop().
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual int64_t begin(int device_index) = 0;
+  virtual void end(int64_t id) = 0;
+  virtual double elapsed_ms(int64_t id) = 0;
+  /// Forgets every measurement (after stop() has read them).
+  virtual void reset() = 0;
+};
+void register_device_timer(int device_type, DeviceTimer* timer);
+DeviceTimer* device_timer(int device_type);
 
 /// Nanoseconds on the profiler's clock (steady_clock shifted by the offset set by
 /// set_clock_offset_ns, so that ranks share a time origin).
