@@ -38,7 +38,7 @@ class TracedWork final : public Work {
     done_ = true;
     if (!traced_ && profiler::is_recording()) {
       profiler::Event ev;
-      ev.name = fmt::format("{} #{}", name_, seq_);
+      ev.name = name_;  // the sequence number is an argument: the table groups by op
       ev.category = track_ == profiler::Track::kCollective ? "collective" : "p2p";
       ev.track = track_;
       ev.start_ns = profiler::to_profiler_ns(started_);

@@ -38,6 +38,22 @@ PY
 n=$(ls "$dir/tb" | grep -c tfevents)
 [ "$n" -eq 1 ] || fail "want exactly one TensorBoard file (rank 0 only), found $n"
 
+# Pipeline stages: sends and receives on their own tracks of each rank's trace.
+out=$("$launch" --nproc-per-node 2 -- "$mnist" --pipeline-stages 2 --micro-batches 4 --epochs 1 --limit-train 1280 \
+      --threads 1 --log-every 5 --profile "$dir/pp" --profile-steps 1,1,2 2>&1)
+[ $? -eq 0 ] || fail "profiled pipeline run failed: $out"
+[[ "$out" == *"fwd+bwd (pipeline)"* ]] || fail "no pipeline breakdown line"
+python3 - "$dir/pp" <<'PY' || fail "the pipeline traces lack send/receive tracks"
+import json, sys
+for r in (0, 1):
+    doc = json.load(open(f"{sys.argv[1]}/trace.rank{r}.json"))
+    rows = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
+    p2p = [e for e in doc["traceEvents"] if e.get("cat") == "p2p"]
+    assert {"p2p send", "p2p recv"} <= set(rows.values()), rows
+    assert p2p and all(rows[e["tid"]].startswith("p2p " + e["name"]) for e in p2p), "p2p events off their tracks"
+print("pipeline traces ok")
+PY
+
 # A single process too: the table and the trace.
 out=$("$mnist" --model mlp --epochs 1 --limit-train 1000 --threads 1 --profile "$dir/one" --profile-steps 0,1,2 2>&1)
 [ $? -eq 0 ] || fail "profiled single-process run failed: $out"
