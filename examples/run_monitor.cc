@@ -7,6 +7,7 @@
 #include "core/grad_mode.h"
 #include "core/ops.h"
 #include "profiler/key_averages.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples {
 namespace {
@@ -84,6 +85,7 @@ void RunMonitor::finish_profile() {
     out_ << fmt::format("profiler: {} events over {} active steps; Chrome trace of each rank in {}/trace.rank<R>.json\n",
                         prof_->events().size(), config_.schedule.active, config_.profile_dir);
     out_ << prof_->key_averages().table(30);
+    out_ << profiler::memory_summary();
   }
 }
 

@@ -59,6 +59,7 @@ out=$("$mnist" --model mlp --epochs 1 --limit-train 1000 --threads 1 --profile "
 [ $? -eq 0 ] || fail "profiled single-process run failed: $out"
 [ -f "$dir/one/trace.rank0.json" ] || fail "no single-process trace"
 [[ "$out" == *"LinearBackward"* ]] || fail "the table has no backward nodes: $out"
+[[ "$out" == *"Kiln memory summary"*"cpu allocated"* ]] || fail "no memory summary after the table: $out"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
