@@ -4,6 +4,7 @@
 // data parallel wants to start reducing their gradients.
 #include "autograd/engine.h"
 
+#include <atomic>
 #include <queue>
 #include <unordered_map>
 
@@ -13,6 +14,14 @@
 #include "core/ops.h"
 
 namespace kiln::autograd {
+
+namespace detail {
+// Called around each node's backward while //profiler records (profiler/autograd_hook.cc
+// declares and sets it); null otherwise, so the walk pays one relaxed load per node. A global
+// rather than a header API so that adding it recompiled nothing above autograd.
+std::atomic<void (*)(const std::string& node_name, bool begin)> g_node_observer{nullptr};
+}  // namespace detail
+
 namespace {
 
 struct ByNewest {
@@ -140,7 +149,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     // A node none of whose outputs received a gradient passes none on (zeros are implied).
     bool any_grad = false;
     for (const Tensor& g : grads) any_grad |= g.defined();
+    auto* observe = detail::g_node_observer.load(std::memory_order_relaxed);
+    if (observe != nullptr && any_grad) observe(node->name(), true);
     std::vector<Tensor> in_grads = any_grad ? node->apply(std::move(grads)) : std::vector<Tensor>{};
+    if (observe != nullptr && any_grad) observe(node->name(), false);
     if (!retain_graph) node->release_saved();
 
     const auto& edges = node->next_edges();

@@ -18,13 +18,20 @@ void write_str(const char* s) {
   (void)ignored;
 }
 
-void on_stall_dump(int) {
+// The SIGUSR1 handler installed before ours (the flight recorder's dumper, say), called after the
+// stack is printed, so that one signal gives both.
+struct sigaction g_previous_usr1 {};
+
+void on_stall_dump(int sig) {
   // backtrace() is not formally async-signal-safe, but it is the common last-resort dump (its
   // first call may allocate: install_stall_dump_handler warms it up).
   void* frames[64];
   const int n = backtrace(frames, 64);
   write_str("watchdog: SIGUSR1: stack of the thread that received it:\n");
   backtrace_symbols_fd(frames, n, 2);
+  if (g_previous_usr1.sa_handler != SIG_DFL && g_previous_usr1.sa_handler != SIG_IGN &&
+      g_previous_usr1.sa_handler != nullptr && !(g_previous_usr1.sa_flags & SA_SIGINFO))
+    g_previous_usr1.sa_handler(sig);
 }
 
 }  // namespace
@@ -68,7 +75,7 @@ void install_stall_dump_handler() {
   sa.sa_handler = on_stall_dump;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, &g_previous_usr1);
 }
 
 }  // namespace kiln::dist

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "distributed/exit_codes.h"
@@ -205,6 +207,16 @@ void Supervisor::start(Child& c) {
 
 void Supervisor::begin_stop(int sig) {
   stopping_ = true;
+  // With KILN_FLIGHT_RECORDER_DIR set (the ranks inherit it), first ask every rank still running
+  // to dump its collectives' flight recorder (SIGUSR1, handled by a thread of each traced process
+  // group) and give them a second to write, so a job that hung can be diagnosed after it is stopped.
+  // Opt-in: SIGUSR1 kills a program that does not handle it.
+  if (const char* fr = std::getenv("KILN_FLIGHT_RECORDER_DIR"); fr != nullptr && *fr != '\0' && any_running()) {
+    say(fmt::format("launch: asking the ranks to dump their flight recorders into {} (SIGUSR1)", fr));
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace_);
   if (sig == 0) return;
   for (auto& c : children_)

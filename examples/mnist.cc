@@ -28,6 +28,10 @@ rank; Gloo on CPU); --zero 1 adds ZeRO stage 1 (each rank keeps 1/N of the optim
 SIGTERM or SIGINT: every rank finishes its step, the checkpoint is written to --save (rank 0,
 atomically) and the job exits with status 75 ("preempted"; continue with --resume); a second
 signal exits at once. --save-every N adds a checkpoint every N steps.
+--profile DIR records steps wait..wait+warmup+active (--profile-steps, default 5,2,5), writes
+DIR/trace.rank<R>.json (chrome://tracing, ui.perfetto.dev) and prints the op table;
+--logdir DIR writes TensorBoard scalars (rank 0). Every --log-every steps a breakdown line gives
+data/forward/backward/exposed-comm/optimizer/rest per step, samples/s, GFLOP/s and MFU.
 --pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
 (--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
 job runs P stages x (world / P) data-parallel replicas.
@@ -37,6 +41,7 @@ job runs P stages x (world / P) data-parallel replicas.
 struct Flags {
   examples::TrainConfig c;
   std::string device, matmul_precision = "highest";
+  std::vector<int64_t> profile_steps{5, 2, 5};
   CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
 
   void declare(CLI::App& app) {
@@ -102,6 +107,16 @@ struct Flags {
     pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
                                       "pipeline: cut the stages to equal parameter counts or equal measured forward time")
                            ->check(cli::one_of({"params", "time"}));
+    app.add_option("--profile", c.profile_dir, "profile a few steps: Chrome trace per rank in DIR, op table printed");
+    app.add_option("--profile-steps", profile_steps, "profiler schedule: wait,warmup,active steps")
+        ->expected(3)
+        ->delimiter(',')
+        ->check(cli::range<int64_t>(0, 1 << 30));
+    app.add_option("--logdir", c.logdir, "TensorBoard event files in DIR (loss, lr, grad norm, loss scale, "
+                                         "samples/s, test accuracy)");
+    app.add_option("--peak-gflops", c.peak_gflops,
+                   "peak GFLOP/s for MFU (default: measured f32 GEMM rate on CPU; required for MFU on GPUs)")
+        ->check(cli::range(0.0, 1e9));
   }
 
   /// The checks that involve more than one flag, or the machine; an error message or "".
@@ -116,6 +131,10 @@ struct Flags {
     if (c.amp == "none" && c.amp_mode == "o2")
       return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
     if (std::string problem = check_pipeline(); !problem.empty()) return problem;
+    if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
+    c.profile_wait = profile_steps[0];
+    c.profile_warmup = profile_steps[1];
+    c.profile_active = profile_steps[2];
     set_float32_matmul_precision(matmul_precision);
     return {};
   }

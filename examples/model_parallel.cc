@@ -12,8 +12,10 @@
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "examples/models.h"
+#include "examples/run_monitor.h"
 #include "examples/train_parts.h"
 #include "nn/checkpoint.h"
+#include "profiler/memory.h"
 
 using namespace kiln;
 
@@ -35,9 +37,26 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", c.save_every, "also checkpoint every N steps (0: only at the end)")
       ->check(cli::range<int64_t>(0, INT64_MAX));
   app.add_option("--resume", c.resume, "continue the run saved in this file, up to --steps in all");
+  std::vector<int64_t> profile_steps{5, 2, 5};
+  c.log_every = 10;
+  app.add_option("--profile", c.profile_dir, "profile a few steps: Chrome trace in DIR, op table printed");
+  app.add_option("--profile-steps", profile_steps, "profiler schedule: wait,warmup,active steps")
+      ->expected(3)
+      ->delimiter(',')
+      ->check(cli::range<int64_t>(0, 1 << 30));
+  app.add_option("--logdir", c.logdir, "TensorBoard event files in DIR");
+  app.add_option("--log-every", c.log_every, "steps between progress and breakdown lines")
+      ->check(cli::range<int64_t>(1, INT64_MAX));
+  app.add_option("--peak-gflops", c.peak_gflops, "peak GFLOP/s for MFU (default: measured on CPU)")
+      ->check(cli::range(0.0, 1e9));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (c.save_every > 0 && c.save.empty()) return cli::usage_error(app, "--save-every needs --save (where to write)");
+  if (profile_steps[2] < 1) return cli::usage_error(app, "--profile-steps: the active count must be at least 1");
+  c.profile_wait = profile_steps[0];
+  c.profile_warmup = profile_steps[1];
+  c.profile_active = profile_steps[2];
   try {
+    profiler::track_memory();
     if (c.threads > 0) set_num_threads(c.threads);
     examples::Datasets sets = examples::load_datasets(c);
     examples::DevicePair dev = examples::model_parallel_devices();
@@ -62,6 +81,10 @@ int main(int argc, char** argv) {
       nn::save_checkpoint(c.save, *cnn, opt.get(), state);
     };
     examples::StepCheckpoints checkpoints(c, nullptr);  // --save-every and SIGTERM/SIGINT
+    const double flops = examples::forward_flops([&] { model.forward(sets.train->get_batch({0}).data); });
+    examples::RunMonitor monitor(examples::monitor_config(c), 0, flops, dev.first.is_cuda() || dev.second.is_cuda(),
+                                 std::cout);
+    profiler::reset_peak(dev.second.type);
     double loss = 0;
     int64_t& step = state.step;
     loader.set_epoch(state.epoch);
@@ -70,16 +93,34 @@ int main(int argc, char** argv) {
     while (step < steps && !preempted) {
       const int64_t epoch = loader.epoch();
       int64_t batch_no = loader.start_batch();
+      monitor.step_begin();
       for (data::Example& b : loader) {
         if (step == steps) break;
+        monitor.data_ready();
         // The images go to the first device, the labels to the second, where the logits are.
-        Tensor l = nn::functional::cross_entropy(model.forward(b.data), b.target.to(dev.second));
-        opt->zero_grad();
-        l.backward();  // the gradient crosses back from the second device to the first
-        opt->step();
+        Tensor l;
+        {
+          profiler::RecordFunction range("forward");
+          l = nn::functional::cross_entropy(model.forward(b.data), b.target.to(dev.second));
+        }
+        monitor.mark(examples::Phase::kForward);
+        {
+          profiler::RecordFunction range("backward");
+          opt->zero_grad();
+          l.backward();  // the gradient crosses back from the second device to the first
+        }
+        monitor.mark(examples::Phase::kBackward);
+        const double gnorm = monitor.logs_this_step() ? examples::grad_norm(model.parameters()) : -1;
+        {
+          profiler::RecordFunction range("optimizer");
+          opt->step();
+        }
+        monitor.mark(examples::Phase::kOptimizer);
         loss = l.item<double>();
         ++batch_no;
-        if (++step % 10 == 0) std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss) << std::flush;
+        if (++step % c.log_every == 0)
+          std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss) << std::flush;
+        monitor.step_end(b.target.size(0), loss, c.lr, gnorm, 1.0);
         const examples::StepCheckpoints::Action act = checkpoints.after_step(step, step);
         if (act.save || (step == steps && !c.save.empty())) save(epoch, batch_no);
         if ((preempted = act.stop)) {
@@ -89,7 +130,8 @@ int main(int argc, char** argv) {
       }
     }
     const nlohmann::ordered_json line = {{"model", "cnn"}, {"first", dev.first.str()},   {"second", dev.second.str()},
-                                         {"steps", steps}, {"batch_size", c.batch_size}, {"loss", loss}};
+                                         {"steps", steps}, {"batch_size", c.batch_size}, {"loss", loss},
+                                         {"peak_memory_bytes", profiler::memory_counters(dev.second.type).peak}};
     std::cout << line.dump() << std::endl;
     return preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {

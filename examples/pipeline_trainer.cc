@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <tuple>
 
 #include "core/parallel.h"
@@ -18,10 +19,13 @@
 #include "distributed/pipeline_balance.h"
 #include "distributed/pipeline_checkpoint.h"
 #include "distributed/scaler_sync.h"
+#include "distributed/traced_process_group.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
+#include "examples/run_monitor.h"
 #include "examples/train_parts.h"
 #include "optim/lr_scheduler.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples {
 namespace {
@@ -81,8 +85,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
-  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
-                                         .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))});
+  profiler::track_memory();
+  // Traced (flight recorder; sends and receives on the profiler's tracks) and clock-aligned.
+  std::shared_ptr<dist::ProcessGroup> world = dist::trace_process_group(dist::init_process_group(
+      {.backend = c.device.is_cuda() ? "nccl" : "gloo",
+       .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))}));
+  dist::align_profiler_clock(*world);
   const Device comm = world->backend() == "nccl" ? c.device : kCPU;
   dist::PipelineGroups groups;
   if (c.ddp) {
@@ -175,6 +183,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   data::DataLoader loader(sets.train, lo);
   const int64_t total_steps = c.epochs * loader.size();
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
+  // MFU needs the FLOPs of this rank's stage per sample: not computed for pipelines (0: none shown).
+  RunMonitor monitor(monitor_config(c), world->rank(), /*flops_per_sample=*/0, c.device.is_cuda(), out);
+  profiler::reset_peak(c.device.type);
   const auto start = Clock::now();
   double train_seconds = 0;
   int64_t samples = 0, run_steps = 0;
@@ -198,21 +209,33 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     loader.set_start_batch(batch_no);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
     bool stop = false;
+    monitor.step_begin();
     for (data::Example& batch : loader) {
+      monitor.data_ready();
       opt->zero_grad();
       double l;
       {
+        profiler::RecordFunction range("pipeline step");
         amp::AutocastGuard autocast = mp.autocast();
         l = pipe.train_step(pipe.is_first() ? batch.data : Tensor(), pipe.is_last() ? batch.target : Tensor(), ce);
       }
+      monitor.mark(Phase::kForwardBackward);
       l /= mp.scaler().scale();  // NaN except on the last stage
-      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
-      mp.step(*opt);
+      const double lr = c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr;
+      {
+        profiler::RecordFunction range("optimizer");
+        opt->set_lr(lr);
+        mp.step(*opt);
+      }
+      monitor.mark(Phase::kOptimizer);
       if (pipe.is_last()) r.step_losses.push_back(l);
       ++state.step;
       // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
-      progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0,
-                    [&](double v) { return from_last_stage(*groups.pipeline, comm, {v})[0]; });
+      double shown = std::numeric_limits<double>::quiet_NaN();  // the loss, where a line brought it up
+      progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0, [&](double v) {
+        return shown = from_last_stage(*groups.pipeline, comm, {v})[0];
+      });
+      monitor.step_end(batch.target.size(0) * replicas, shown, lr, -1, mp.scaler().scale());
       ++run_steps;
       ++batch_no;
       const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
@@ -238,12 +261,14 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
         evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr, comm);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
+    monitor.test_metrics(r.test_loss, r.test_accuracy, state.step);
     if (!c.save.empty()) save(epoch + 1, 0);
   }
   r.steps = state.step;
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.skipped_steps = mp.skipped_steps();
+  r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
   r.rank = world->rank();
   r.world_size = world->size();
   return r;

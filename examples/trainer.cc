@@ -16,12 +16,15 @@
 #include "distributed/scaler_sync.h"
 #include "distributed/zero.h"
 #include "distributed/zero_checkpoint.h"
+#include "distributed/traced_process_group.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "examples/pipeline_trainer.h"
+#include "examples/run_monitor.h"
 #include "examples/train_parts.h"
 #include "nn/checkpoint.h"
 #include "optim/lr_scheduler.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples {
 namespace {
@@ -68,6 +71,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(c.zero == 0 || c.pipeline_stages == 1, "--zero 1 is for data parallel alone, not with --pipeline-stages {}",
              c.pipeline_stages);
   if (c.pipeline_stages > 1) return train_pipeline(config, log);
+  profiler::track_memory();  // first: the peak counts every tensor of the run
   if (c.ddp) c.device = rank_device(c, "--ddp");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
@@ -94,9 +98,14 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
-  if (c.ddp)
-    pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
-                                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))});
+  if (c.ddp) {
+    // Traced: the flight recorder keeps the last collectives (dumped on failure or SIGUSR1) and a
+    // profiled run draws them on each rank's communication track, on a clock aligned here.
+    pg = dist::trace_process_group(dist::init_process_group(
+        {.backend = c.device.is_cuda() ? "nccl" : "gloo",
+         .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))}));
+    dist::align_profiler_clock(*pg);
+  }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;
@@ -150,6 +159,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   // The schedule is a closed form of the global step, so a resumed run continues it exactly.
   const int64_t total_steps = c.epochs * loader.size();
   optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
+  // FLOPs of one sample's forward, counted by the profiler's kernel hooks.
+  const double flops = forward_flops([&] {
+    amp::AutocastGuard autocast = mp.autocast();
+    model->forward(train_set->get_batch({0}).data.to(c.device));
+  });
+  RunMonitor monitor(monitor_config(c), rank, flops, c.device.is_cuda(), out);
+  profiler::reset_peak(c.device.type);
   TrainResult r;
   const auto start = Clock::now();
   double train_seconds = 0;
@@ -183,23 +199,39 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     loader.set_start_batch(batch_no);
     EpochProgress progress(epoch, loader.size(), c.log_every, out);
     bool stop = false;
+    monitor.step_begin();
     for (data::Example& batch : loader) {
+      monitor.data_ready();
       Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
       Tensor loss;
       {
+        profiler::RecordFunction range("forward");
         amp::AutocastGuard autocast = mp.autocast();
         loss = nn::functional::cross_entropy(net(x), y);
       }
-      opt->zero_grad();
-      mp.backward(loss);
-      opt->set_lr(c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr);
-      mp.step(*opt);
+      monitor.mark(Phase::kForward);
+      {
+        profiler::RecordFunction range("backward");
+        opt->zero_grad();
+        mp.backward(loss);
+      }
+      monitor.mark(Phase::kBackward);
+      if (ddp) monitor.comm(ddp->stats().comm_seconds, ddp->stats().exposed_seconds);
+      const double gnorm = monitor.logs_this_step() ? grad_norm(model->parameters()) : -1;
+      const double lr = c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr;
+      {
+        profiler::RecordFunction range("optimizer");
+        opt->set_lr(lr);
+        mp.step(*opt);
+      }
+      monitor.mark(Phase::kOptimizer);
       double l = loss.item<double>();
       r.step_losses.push_back(l);
       ++state.step;
       ++run_steps;
       ++batch_no;
       progress.step(y.size(0) * world, l);
+      monitor.step_end(y.size(0) * world, l, lr, gnorm, mp.scaler().scale());
       const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
       if (act.save) save(epoch, batch_no);
       if (act.save && act.stop)
@@ -227,6 +259,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     }();
     r.test_loss = test_loss;
     r.test_accuracy = test_acc;
+    monitor.test_metrics(test_loss, test_acc, state.step);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), test_loss, test_acc);
     if (!c.save.empty()) save(epoch + 1, 0);
@@ -235,9 +268,20 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   r.wall_seconds = seconds_since(start);
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.skipped_steps = mp.skipped_steps();
+  r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
+  r.mfu = monitor.mfu();
   r.rank = rank;
   r.world_size = world;
   return r;
+}
+
+MonitorConfig monitor_config(const TrainConfig& c) {
+  return MonitorConfig{.profile_dir = c.profile_dir,
+                       .schedule = {.wait = c.profile_wait, .warmup = c.profile_warmup, .active = c.profile_active,
+                                    .repeat = 1},
+                       .logdir = c.logdir,
+                       .peak_gflops = c.peak_gflops,
+                       .log_every = c.log_every};
 }
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
@@ -262,7 +306,9 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"checkpoints", r.checkpoints},
       {"checkpoint_seconds", r.checkpoint_seconds},
       {"preempted", r.preempted},
+      {"peak_memory_bytes", r.peak_memory_bytes},
   };
+  if (r.mfu >= 0) line["mfu"] = r.mfu;
   if (c.pipeline_stages > 1) {
     line["pipeline_stages"] = c.pipeline_stages;
     line["micro_batches"] = c.micro_batches;

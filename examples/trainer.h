@@ -71,6 +71,13 @@ struct TrainConfig {
   /// How the stages are cut: "params" (equal parameter counts) or "time" (equal forward time,
   /// measured on rank 0 on one micro-batch of training images before training).
   std::string pipeline_balance = "params";
+  /// Observability (examples/run_monitor.h): profile into this directory ("" : off) on the
+  /// steps wait/warmup/active of profile_schedule; TensorBoard scalars into logdir (rank 0);
+  /// the peak GFLOP/s MFU is computed against (0: measured on CPU, unknown on CUDA).
+  std::string profile_dir;
+  int64_t profile_wait = 5, profile_warmup = 2, profile_active = 5;
+  std::string logdir;
+  double peak_gflops = 0;
 };
 
 struct TrainResult {
@@ -90,7 +97,13 @@ struct TrainResult {
   int64_t steps = 0;  // the global step reached
   int64_t checkpoints = 0;          // checkpoints written (per epoch, --save-every, on stopping)
   double checkpoint_seconds = 0;    // wall time spent writing them (rank 0's, waits included)
+  int64_t peak_memory_bytes = 0;  // the training device's peak bytes allocated (tensors, not caches)
+  double mfu = -1;                // model FLOPs utilisation of the last logging interval (-1: unknown)
 };
+
+/// The MonitorConfig of a TrainConfig (run_monitor.h).
+struct MonitorConfig;
+MonitorConfig monitor_config(const TrainConfig& c);
 
 /// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or
 /// checkpoints.
