@@ -141,6 +141,14 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                       "connecting: {}", rank, size, e.what()));
   }
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
+  if (!shm_) {
+    try {
+      hier_ = HierarchicalAllreduce::create(store_, rank, size, device, options.timeout);
+    } catch (const std::exception& e) {
+      rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} could not set up the hierarchical "
+                                        "all-reduce: {}", rank, size, e.what()));
+    }
+  }
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
 }
@@ -238,13 +246,41 @@ void ProcessGroupGloo::allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq
       shm_->allreduce(h.data_ptr(), static_cast<size_t>(h.numel()), sizeof(T), reducer<T>(op));
       return;
     }
-    gloo::AllreduceOptions o(context_);
+    std::shared_ptr<gloo::Context> ring = context_;
+    if (hier_) {  // within the node, then among the leaders, then back within the node
+      if (hier_->node()) hier_->node()->allreduce(h.data_ptr(), static_cast<size_t>(h.numel()), sizeof(T), reducer<T>(op));
+      ring = hier_->leaders();
+      if (ring) {
+        try {
+          gloo::AllreduceOptions o(ring);
+          o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
+          o.setReduceFunction(reducer<T>(op));
+          o.setTag(tag(seq));
+          o.setTimeout(timeout_);
+          gloo::allreduce(o);
+        } catch (...) {
+          if (hier_->node()) hier_->node()->abort();  // the node-mates waiting for the result fail now
+          throw;
+        }
+      }
+      if (hier_->node()) hier_->node()->broadcast(h.data_ptr(), static_cast<size_t>(h.numel()) * sizeof(T), 0);
+      return;
+    }
+    gloo::AllreduceOptions o(ring);
     o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
     o.setReduceFunction(reducer<T>(op));
     o.setTag(tag(seq));
     o.setTimeout(timeout_);
     gloo::allreduce(o);
   });
+}
+
+std::string ProcessGroupGloo::allreduce_path() const {
+  if (shm_) return "shared memory";
+  if (hier_)
+    return fmt::format("hierarchical all-reduce: {} (shared memory within a node, TCP ring among node leaders)",
+                       hier_->layout());
+  return "TCP ring";
 }
 
 WorkPtr ProcessGroupGloo::allreduce(Tensor t, ReduceOp op) {

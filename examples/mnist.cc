@@ -66,6 +66,9 @@ struct Flags {
     app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
         ->check(cli::one_of({"highest", "high"}));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_option("--dist-timeout", c.dist_timeout_s,
+                   "--ddp: seconds a collective may wait for the other ranks before the job fails")
+        ->check(cli::range(0.1, 1e6));
     app.add_option("--pipeline-stages", c.pipeline_stages,
                    "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
         ->check(cli::range(1, 64));

@@ -80,7 +80,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
-  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  auto world = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
+                                         .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_s * 1000))});
   const Device comm = world->backend() == "nccl" ? c.device : kCPU;
   dist::PipelineGroups groups;
   if (c.ddp) {

@@ -10,6 +10,7 @@
 #include "data/mnist.h"
 #include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
+#include "distributed/gloo_backend.h"
 #include "distributed/init.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
@@ -80,7 +81,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...`");
-  if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  if (c.ddp)
+    pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo",
+                                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_s * 1000))});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;
@@ -102,6 +105,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     // whose stages hold different gradients, share the flag (pipeline_trainer.cc).
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
+    if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get())) out << "all-reduce: " << gloo->allreduce_path() << "\n";
   }
   // What the loop runs: the model, or the same model under data parallel (same names, same state).
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;

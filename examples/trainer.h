@@ -42,6 +42,9 @@ struct TrainConfig {
   /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
   /// and writes checkpoints.
   bool ddp = false;
+  /// With ddp: seconds a collective (or the rendezvous) may take before the job fails naming
+  /// the ranks that did not arrive.
+  double dist_timeout_s = 300;
   /// Pipeline parallel (examples/pipeline_trainer.h): the model split into this many stages, one
   /// per rank of the job (with `ddp`, world = stages x replicas); 1: no pipeline.
   int pipeline_stages = 1;
