@@ -10,6 +10,7 @@
 #     within the timeout and its output names ranks 2 and 3.
 #  4. Silent node loss: node 1's link cut, then its ranks killed (no FIN/RST reaches node 0):
 #     node 0 fails at --dist-timeout, again naming ranks 2 and 3.
+#  5. Three nodes x 1 rank: the same weights as 1 node x 3 ranks over TCP.
 # Needs root (network namespaces); skips visibly without it. Arguments: launch, mnist, the
 # netns helper (tools/netns_nodes.sh).
 set -u
@@ -25,7 +26,7 @@ if ! netns_require; then
   echo "SKIPPED multinode_test: $NETNS_WHY"
   exit 0
 fi
-netns_up 2 || { echo "FAIL: could not build the namespaces"; exit 1; }
+netns_up 3 || { echo "FAIL: could not build the namespaces"; exit 1; }
 netns_limit 1gbit || { echo "FAIL: could not limit the links"; exit 1; }
 master=$(netns_addr 0)
 port=29500  # each namespace has its own port space: no clash with other jobs on the machine
@@ -140,6 +141,21 @@ if start_failure_run silent 8; then
   check_node0 silent 30 "$t0"
   ip link set "$(netns_veth 1)" up
 fi
+
+echo "== 3 nodes x 1 rank against 1 node x 3 ranks"
+netns_exec 0 env KILN_SHM_ALLREDUCE=0 "$launch" --nproc-per-node 3 -- "$mnist" "${common[@]}" \
+  --save "$dir/one3.safetensors" >"$dir/one3.0" 2>&1 || { fail "one-node 3-rank run"; cat "$dir/one3.0"; }
+pids=()
+for r in 2 1; do
+  ip netns exec "$(netns_name "$r")" "$launch" --nnodes 3 --node-rank "$r" --nproc-per-node 1 --master-addr "$master" \
+    --master-port "$port" -- "$mnist" "${common[@]}" --save "$dir/three.safetensors" >"$dir/three.$r" 2>&1 &
+  pids+=($!)
+done
+netns_exec 0 "$launch" --nnodes 3 --node-rank 0 --nproc-per-node 1 --master-addr "$master" --master-port "$port" \
+  -- "$mnist" "${common[@]}" --save "$dir/three.safetensors" >"$dir/three.0" 2>&1 || { fail "3-node run"; cat "$dir/three.0"; }
+for p in "${pids[@]}"; do wait "$p" || fail "a 3-node launcher failed"; done
+grep -q '\[rank 0\] all-reduce: TCP ring' "$dir/three.0" || fail "3 nodes x 1 rank should use the flat TCP ring"
+cmp -s "$dir/one3.safetensors" "$dir/three.safetensors" || fail "3x1 weights differ from 1x3"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
