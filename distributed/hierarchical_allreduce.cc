@@ -2,7 +2,6 @@
 
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
 
 #include <algorithm>
@@ -14,29 +13,10 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "distributed/gloo_store.h"
 #include "distributed/node_identity.h"
 
 namespace kiln::dist {
-namespace {
-
-// Gloo's rendezvous through Kiln's store (as gloo_backend.cc's, kept local to this file).
-class LeaderStore final : public gloo::rendezvous::Store {
- public:
-  explicit LeaderStore(std::shared_ptr<dist::Store> s) : s_(std::move(s)) {}
-  void set(const std::string& key, const std::vector<char>& v) override { s_->set(key, Bytes(v.begin(), v.end())); }
-  std::vector<char> get(const std::string& key) override {
-    Bytes b = s_->get(key);
-    return std::vector<char>(b.begin(), b.end());
-  }
-  void wait(const std::vector<std::string>& keys) override { s_->wait(keys); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override { s_->wait(keys, t); }
-
- private:
-  std::shared_ptr<dist::Store> s_;
-};
-
-}  // namespace
-
 std::unique_ptr<HierarchicalAllreduce> HierarchicalAllreduce::create(
     const std::shared_ptr<Store>& store, int rank, int size, std::shared_ptr<gloo::transport::Device> device,
     Millis timeout) {
@@ -80,7 +60,7 @@ std::unique_ptr<HierarchicalAllreduce> HierarchicalAllreduce::create(
   if (local_rank == 0) {
     auto context = std::make_shared<gloo::rendezvous::Context>(my_node, nodes);
     context->setTimeout(timeout);
-    LeaderStore leader_store(std::make_shared<PrefixStore>("hier/gloo", store));
+    GlooStore leader_store(std::make_shared<PrefixStore>("hier/gloo", store));
     context->connectFullMesh(leader_store, device);
     gloo::BarrierOptions o(context);  // every leader's connections are up before anyone uses them
     o.setTag(0);
