@@ -139,7 +139,8 @@ std::map<std::pair<int, std::string>, AlphaBeta> fit_all(const std::vector<nlohm
 /// Per DDP line and model: the prediction with compute from the one-process profile (stretched by
 /// max(1, n / cores)), and with compute taken from the same run's no-overlap mode (its step minus
 /// its communication), which checks the communication and overlap part of the model alone.
-void validate(const std::vector<nlohmann::json>& ddp_lines, const std::map<std::pair<int, std::string>, AlphaBeta>& fits,
+void validate(const std::vector<nlohmann::json>& ddp_lines,
+              const std::map<std::pair<int, std::string>, AlphaBeta>& fits,
               const std::map<std::string, bench::StepProfile>& profiles, int cores) {
   fmt::print("\nDDP step (overlapped): predicted vs measured by ddp_bench\n");
   fmt::print("{:>5} {:>9} {:>9} {:>10} {:>9} {:>8} {:>13} {:>8}\n", "ranks", "link", "model", "measured",
@@ -159,7 +160,8 @@ void validate(const std::vector<nlohmann::json>& ddp_lines, const std::map<std::
       const auto& prof = p->second;
       const double one = prof.forward_s + prof.backward_s + prof.optimizer_s;
       auto pred = bench::predict_step(prof, link, n, std::max(1.0, static_cast<double>(n) / cores));
-      const double cpu = (r.at("after_backward_step_ms").get<double>() - r.at("after_backward_comm_ms").get<double>()) / 1e3;
+      const double cpu =
+          (r.at("after_backward_step_ms").get<double>() - r.at("after_backward_comm_ms").get<double>()) / 1e3;
       auto calibrated = bench::predict_step(prof, link, n, cpu / one);
       const double measured = r.at("overlap_step_ms");
       fmt::print("{:>5} {:>9} {:>9} {:>10.2f} {:>9.2f} {:>+7.0f}% {:>13.2f} {:>+7.0f}%\n", n, link_of(j), model,
@@ -224,7 +226,8 @@ int main(int argc, char** argv) {
       auto one = dist::init_process_group(
           {.init_method = fmt::format("tcp://127.0.0.1:{}", dist::free_tcp_port()), .rank = 0, .world_size = 1});
       std::map<std::string, bench::StepProfile> profiles;
-      fmt::print("\nOne-process profile (1 thread, batch 128): forward / backward / optimizer ms, buckets (MB @ ready ms)\n");
+      fmt::print("\nOne-process profile (1 thread, batch 128): forward / backward / optimizer ms, "
+                 "buckets (MB @ ready ms)\n");
       for (std::string m : {"mlp", "cnn", "wide_mlp"}) {
         profiles[m] = profile(m, one, steps);
         const auto& p = profiles[m];

@@ -37,7 +37,8 @@ constexpr size_t kHeaderBytes = 4096;  // the barrier words, then each rank's pi
 constexpr size_t kPidsOffset = 128;
 constexpr int kMaxRanks = static_cast<int>((kHeaderBytes - kPidsOffset) / sizeof(int32_t));
 
-static_assert(2 * 64 <= kPidsOffset, "the pids follow the two cache-line-aligned barrier words (aborted_by shares the second)");
+static_assert(2 * 64 <= kPidsOffset,
+              "the pids follow the two cache-line-aligned barrier words (aborted_by shares the second)");
 
 int32_t* pids(void* base) { return reinterpret_cast<int32_t*>(static_cast<unsigned char*>(base) + kPidsOffset); }
 
@@ -121,7 +122,8 @@ void ShmAllreduce::barrier() {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   while (h.generation.load(std::memory_order_acquire) == gen) {
     if (int32_t by = h.aborted_by.load(std::memory_order_acquire); by != 0)
-      KILN_DIST_FAIL(PeerError, "shared-memory all-reduce: rank {} of this node gave up (its part of the collective failed)",
+      KILN_DIST_FAIL(PeerError,
+                     "shared-memory all-reduce: rank {} of this node gave up (its part of the collective failed)",
                      by - 1);
     if (std::chrono::steady_clock::now() > deadline)
       KILN_DIST_FAIL(TimeoutError, "shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks",
