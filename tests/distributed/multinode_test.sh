@@ -23,7 +23,9 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 if ! netns_require; then
-  echo "SKIPPED multinode_test: $NETNS_WHY"
+  echo "skipped: multinode_test $NETNS_WHY"
+  # Also into the file Bazel keeps as the test's warnings, seen without --test_output.
+  [ -n "${TEST_WARNINGS_OUTPUT_FILE:-}" ] && echo "multinode_test skipped: $NETNS_WHY" >>"$TEST_WARNINGS_OUTPUT_FILE"
   exit 0
 fi
 netns_up 3 || { echo "FAIL: could not build the namespaces"; exit 1; }
