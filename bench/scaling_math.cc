@@ -40,11 +40,24 @@ double reduce_scatter_seconds(const AlphaBeta& m, int n, double bytes) {
 
 double allgather_seconds(const AlphaBeta& m, int n, double bytes) { return reduce_scatter_seconds(m, n, bytes); }
 
+double hierarchical_allreduce_seconds(const AlphaBeta& intra, const AlphaBeta& inter, int g, int n, double bytes) {
+  KILN_CHECK(g >= 1 && n >= 1, "hierarchical_allreduce_seconds: {} ranks in nodes of {}", n, g);
+  if (n <= g) return allreduce_seconds(intra, n, bytes);
+  KILN_CHECK(n % g == 0, "hierarchical_allreduce_seconds: {} ranks do not fill nodes of {}", n, g);
+  return reduce_scatter_seconds(intra, g, bytes) + allreduce_seconds(inter, n / g, bytes / g) +
+         allgather_seconds(intra, g, bytes);
+}
+
 StepPrediction predict_step(const StepProfile& p, const AlphaBeta& link, int n, double compute_scale) {
+  return predict_step_with(p, [&](double bytes) { return allreduce_seconds(link, n, bytes); }, compute_scale);
+}
+
+StepPrediction predict_step_with(const StepProfile& p, const std::function<double(double)>& allreduce,
+                                 double compute_scale) {
   StepPrediction out;
   double end = 0;
   for (const BucketTiming& b : p.buckets) {
-    const double c = allreduce_seconds(link, n, b.bytes);
+    const double c = allreduce(b.bytes);
     end = std::max(end, b.ready_s * compute_scale) + c;
     out.comm_s += c;
   }

@@ -9,6 +9,7 @@
 // the optimizer once the last bucket is done: step = fwd + max(bwd, end_last) + opt.
 #pragma once
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,12 @@ AlphaBeta fit_allreduce(const std::vector<std::pair<double, double>>& bytes_seco
 double allreduce_seconds(const AlphaBeta& m, int n, double bytes);
 double reduce_scatter_seconds(const AlphaBeta& m, int n, double bytes);
 double allgather_seconds(const AlphaBeta& m, int n, double bytes);
+
+/// All-reduce over n ranks in nodes of g, hierarchically with every GPU its own NIC (the NCCL
+/// way): reduce-scatter within the node (intra), all-reduce of each rank's 1/g share among the
+/// n/g nodes (inter, all g NICs at once), all-gather within the node. Equals the flat ring on
+/// `intra` when n <= g.
+double hierarchical_allreduce_seconds(const AlphaBeta& intra, const AlphaBeta& inter, int g, int n, double bytes);
 
 struct BucketTiming {
   double ready_s = 0;  // since backward started
@@ -48,5 +55,8 @@ struct StepPrediction {
 /// The step on n ranks. `compute_scale` stretches forward, backward and optimizer (and the
 /// ready times) for ranks that share cores (1 when each has its own).
 StepPrediction predict_step(const StepProfile& p, const AlphaBeta& link, int n, double compute_scale = 1);
+/// The same with each bucket's all-reduce taking `allreduce(bytes)` seconds.
+StepPrediction predict_step_with(const StepProfile& p, const std::function<double(double)>& allreduce,
+                                 double compute_scale = 1);
 
 }  // namespace kiln::bench

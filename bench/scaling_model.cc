@@ -186,7 +186,8 @@ void project() {
   fmt::print("\nProjection: weak scaling, fp32 gradients in 25 MB buckets ready evenly over backward (2/3 of the "
              "step), ring all-reduce;\nNVLink within 8-GPU nodes (α 5 us, B 230 GB/s), InfiniBand HDR between them "
              "(α 10 us, B 22.5 GB/s per GPU)\n");
-  fmt::print("{:>32} {:>6} {:>10} {:>10} {:>11}\n", "gradients", "GPUs", "comm ms", "exposed ms", "efficiency");
+  fmt::print("{:>32} {:>6} {:>10} {:>10} {:>11} {:>14}\n", "gradients", "GPUs", "comm ms", "exposed ms", "efficiency",
+             "hierarchical");
   for (const Work& w : works)
     for (int n : {8, 16, 32, 64, 128, 256, 512}) {
       bench::StepProfile p;
@@ -197,9 +198,13 @@ void project() {
       const int k = static_cast<int>(std::ceil(bytes / cap));
       for (int b = 0; b < k; ++b) p.buckets.push_back({p.backward_s * (b + 1) / k, std::min(cap, bytes - b * cap)});
       auto pred = bench::predict_step(p, n <= 8 ? nvlink : infiniband, n);
-      fmt::print("{:>32} {:>6} {:>10.1f} {:>10.1f} {:>10.1f}%\n", w.name, n, pred.comm_s * 1e3, pred.exposed_s * 1e3,
-                 pred.efficiency * 100);
+      auto hier = bench::predict_step_with(
+          p, [&](double b) { return bench::hierarchical_allreduce_seconds(nvlink, infiniband, 8, n, b); });
+      fmt::print("{:>32} {:>6} {:>10.1f} {:>10.1f} {:>10.1f}% {:>13.1f}%\n", w.name, n, pred.comm_s * 1e3,
+                 pred.exposed_s * 1e3, pred.efficiency * 100, hier.efficiency * 100);
     }
+  fmt::print("hierarchical: reduce-scatter over NVLink, each GPU's 1/8 all-reduced across nodes on its own NIC, "
+             "all-gather over NVLink (NCCL-style; Kiln's Gloo hierarchy uses one leader per node).\n");
   fmt::print("Published: Horovod 90% at 512 GPUs (Inception V3, ResNet-101; Pascal, 25 GbE RoCE); PyTorch DDP "
              "near-linear at 256 GPUs (Li et al., VLDB 2020).\n");
 }

@@ -30,6 +30,16 @@ TEST_CASE("ring formulas: all-reduce is reduce-scatter plus all-gather") {
   CHECK(allreduce_seconds(m, 1, 8e6) == 0);
 }
 
+TEST_CASE("hierarchical all-reduce: flat within a node, three phases across nodes") {
+  const AlphaBeta intra{1e-6, 100e9}, inter{10e-6, 10e9};
+  CHECK(hierarchical_allreduce_seconds(intra, inter, 8, 4, 1e8) == doctest::Approx(allreduce_seconds(intra, 4, 1e8)));
+  // 16 ranks in nodes of 8: 7/8 of 100 MB each way over NVLink, 12.5 MB all-reduced by 2 nodes.
+  const double want = 2 * (7e-6 + 7.0 / 8 * 1e8 / 100e9) + 2 * 10e-6 + 12.5e6 / 10e9;
+  CHECK(hierarchical_allreduce_seconds(intra, inter, 8, 16, 1e8) == doctest::Approx(want));
+  CHECK_THROWS_WITH_AS(hierarchical_allreduce_seconds(intra, inter, 8, 12, 1e8), doctest::Contains("nodes of 8"),
+                       kiln::Error);
+}
+
 TEST_CASE("predict_step: hidden, partly exposed and serialised bucket communication") {
   StepProfile p{0.010, 0.020, 0.002, {{0.005, 1e6}, {0.020, 1e6}}};
   const AlphaBeta link{0, 1e9};  // 2 ranks: each 1 MB bucket takes 1 ms
