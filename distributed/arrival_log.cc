@@ -3,11 +3,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace kiln::dist {
 namespace {
 std::string key(int rank) { return fmt::format("arrived/{}", rank); }
+std::string beat_key(int rank) { return fmt::format("beat/{}", rank); }
+
+// A live rank bumps its heartbeat this often, even when it enters no collective (a rank busy
+// in a long backward is alive); a failure report waits a few beats before calling a peer dead.
+constexpr auto kBeat = std::chrono::milliseconds(500);
+constexpr auto kSilentAfter = std::chrono::milliseconds(2500);
 }  // namespace
 
 ArrivalLog::ArrivalLog(std::shared_ptr<Store> store, int rank, int size, Millis linger)
@@ -34,17 +41,21 @@ void ArrivalLog::publish_loop() {
   // collective or two behind.
   constexpr auto kMinInterval = std::chrono::milliseconds(20);
   std::unique_lock<std::mutex> lock(mu_);
+  auto next_beat = std::chrono::steady_clock::now();
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || entered_.load(std::memory_order_relaxed) != published_; });
+    cv_.wait_until(lock, next_beat, [&] { return stop_ || entered_.load(std::memory_order_relaxed) != published_; });
     if (stop_) return;
     uint64_t seq = entered_.load(std::memory_order_relaxed);
+    const bool beat = std::chrono::steady_clock::now() >= next_beat;
     lock.unlock();
     try {
-      store_->set(key(rank_), std::to_string(seq));
+      if (seq != published_) store_->set(key(rank_), std::to_string(seq));
+      if (beat) store_->add(beat_key(rank_), 1);
     } catch (const std::exception&) {
       // The store is gone (its rank died): failures are reported by the collectives themselves.
     }
     lock.lock();
+    if (beat) next_beat = std::chrono::steady_clock::now() + kBeat;
     published_ = seq;
     cv_.wait_for(lock, kMinInterval, [&] { return stop_ || urgent_; });
     urgent_ = false;
@@ -72,11 +83,31 @@ std::vector<int> ArrivalLog::missing(uint64_t seq, Millis grace) {
   }
 }
 
+std::vector<int> ArrivalLog::silent(const std::vector<int>& ignore) {
+  std::vector<int> ranks;
+  std::vector<int64_t> first;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && std::find(ignore.begin(), ignore.end(), r) == ignore.end()) {
+      ranks.push_back(r);
+      first.push_back(store_->add(beat_key(r), 0));
+    }
+  const auto deadline = std::chrono::steady_clock::now() + kSilentAfter;
+  while (true) {
+    std::vector<int> quiet;
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (store_->add(beat_key(ranks[i]), 0) == first[i]) quiet.push_back(ranks[i]);
+    if (quiet.empty() || std::chrono::steady_clock::now() >= deadline) return quiet;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 std::string ArrivalLog::describe_failure(const std::string& name, uint64_t seq, double seconds,
                                          const std::string& cause) {
   std::string who;
   try {
     std::vector<int> late = missing(seq, Millis(500));
+    // Ranks that died (a lost node: some may have entered it first) are named by their silence.
+    std::vector<int> dead = silent({});
     if (late.empty()) {
       who = "every rank entered it";
     } else {
@@ -84,6 +115,11 @@ std::string ArrivalLog::describe_failure(const std::string& name, uint64_t seq, 
       for (int r : late) last.push_back(fmt::format("rank {} last entered #{}", r, published_seq(r)));
       who = fmt::format("ranks {} did not arrive ({})", late, fmt::join(last, ", "));
     }
+    if (!dead.empty())
+      who += fmt::format("{}ranks {} stopped responding (no heartbeat for {:.1f} s)", late.empty() ? ", but " : "; ",
+                         dead, std::chrono::duration<double>(kSilentAfter).count());
+    for (int r : dead)
+      if (std::find(late.begin(), late.end(), r) == late.end()) late.push_back(r);
     // Rank 0 hosts the store: it stays up (bounded) until the other ranks that got here have
     // read what they need from it.
     const std::string described = fmt::format("described/{}", seq);

@@ -20,6 +20,7 @@
 #include "core/ops.h"
 #include "distributed/errors.h"
 #include "distributed/gloo_ring.h"
+#include "distributed/gloo_store.h"
 
 namespace kiln::dist {
 namespace {
@@ -35,24 +36,6 @@ namespace {
   }
   rethrow_as(cause, std::move(message));
 }
-
-// Gloo's rendezvous talks to Kiln's store.
-class GlooStore final : public gloo::rendezvous::Store {
- public:
-  explicit GlooStore(std::shared_ptr<dist::Store> s) : s_(std::move(s)) {}
-  void set(const std::string& key, const std::vector<char>& v) override {
-    s_->set(key, Bytes(v.begin(), v.end()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    Bytes b = s_->get(key);
-    return std::vector<char>(b.begin(), b.end());
-  }
-  void wait(const std::vector<std::string>& keys) override { s_->wait(keys); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override { s_->wait(keys, t); }
-
- private:
-  std::shared_ptr<dist::Store> s_;
-};
 
 using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
 
@@ -142,6 +125,14 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                       "connecting: {}", rank, size, e.what()));
   }
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
+  if (!shm_) {
+    try {
+      hier_ = HierarchicalAllreduce::create(store_, rank, size, device, options.timeout);
+    } catch (const std::exception& e) {
+      rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} could not set up the hierarchical "
+                                        "all-reduce: {}", rank, size, e.what()));
+    }
+  }
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
 }
@@ -235,17 +226,41 @@ void ProcessGroupGloo::p2p_loop() {
 
 void ProcessGroupGloo::allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq) {
   KILN_DISPATCH_ALL(h.dtype(), "allreduce", [&]<class T>() {
+    const size_t n = static_cast<size_t>(h.numel());
+    auto ring = [&](const std::shared_ptr<gloo::Context>& context) {
+      gloo::AllreduceOptions o(context);
+      o.setOutput(static_cast<T*>(h.data_ptr()), n);
+      o.setReduceFunction(reducer<T>(op));
+      o.setTag(tag(seq));
+      o.setTimeout(timeout_);
+      gloo::allreduce(o);
+    };
     if (shm_) {
-      shm_->allreduce(h.data_ptr(), static_cast<size_t>(h.numel()), sizeof(T), reducer<T>(op));
-      return;
+      shm_->allreduce(h.data_ptr(), n, sizeof(T), reducer<T>(op));
+    } else if (!hier_) {
+      ring(context_);
+    } else {  // within the node, then among the node leaders, then back within the node
+      ShmAllreduce* node = hier_->node();
+      if (node) node->allreduce(h.data_ptr(), n, sizeof(T), reducer<T>(op));
+      if (hier_->leaders()) {
+        try {
+          ring(hier_->leaders());
+        } catch (...) {
+          if (node) node->abort();  // the node-mates waiting for the result fail now, not at the timeout
+          throw;
+        }
+      }
+      if (node) node->broadcast(h.data_ptr(), n * sizeof(T), 0);
     }
-    gloo::AllreduceOptions o(context_);
-    o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
-    o.setReduceFunction(reducer<T>(op));
-    o.setTag(tag(seq));
-    o.setTimeout(timeout_);
-    gloo::allreduce(o);
   });
+}
+
+std::string ProcessGroupGloo::allreduce_path() const {
+  if (shm_) return "shared memory";
+  if (hier_)
+    return fmt::format("hierarchical all-reduce: {} (shared memory within a node, TCP ring among node leaders)",
+                       hier_->layout());
+  return "TCP ring";
 }
 
 WorkPtr ProcessGroupGloo::allreduce(Tensor t, ReduceOp op) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "distributed/arrival_log.h"
+#include "distributed/hierarchical_allreduce.h"
 #include "distributed/process_group.h"
 #include "distributed/shm_allreduce.h"
 
@@ -40,6 +41,12 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::string backend() const override { return "gloo"; }
   /// Whether all-reduces go through shared memory (every rank on this host) or Gloo's TCP ring.
   bool uses_shared_memory() const { return shm_ != nullptr; }
+  /// Whether all-reduces are hierarchical (hierarchical_allreduce.h): several nodes, several
+  /// ranks on some.
+  bool uses_hierarchy() const { return hier_ != nullptr; }
+  /// How all-reduces travel, for a log line: "shared memory", "TCP ring", or "hierarchical
+  /// (2 nodes x 2 ranks: shared memory within a node, TCP ring among node leaders)".
+  std::string allreduce_path() const;
   WorkPtr allreduce(Tensor t, ReduceOp op) override;
   WorkPtr broadcast(Tensor t, int root) override;
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
@@ -66,7 +73,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalLog> arrivals_;
-  std::unique_ptr<ShmAllreduce> shm_;  // null unless all ranks share this host
+  std::unique_ptr<ShmAllreduce> shm_;  // null unless all ranks share this node
+  std::unique_ptr<HierarchicalAllreduce> hier_;  // null unless several nodes, several ranks on some
   uint64_t next_seq_ = 0;      // collectives in issue order (the caller's thread)
   uint64_t next_p2p_seq_ = 0;  // sends and receives, numbered apart
 

@@ -12,6 +12,7 @@
 #include "distributed/gloo_backend.h"
 #include "distributed/job_env.h"
 #include "distributed/rendezvous.h"
+#include "distributed/socket_util.h"
 
 namespace kiln::dist {
 namespace {
@@ -38,15 +39,20 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-/// The address this rank's peers reach it at: loopback for a one-machine job, else the host's
-/// name (GLOO_SOCKET_IFNAME / KILN_GLOO_HOSTNAME override).
+/// The address this rank's peers reach it at: loopback for a one-machine job, else this host's
+/// address on the route to MASTER_ADDR (its name only when there is no route: a host name often
+/// resolves to 127.0.1.1 on Debian, which no other machine can reach). GLOO_SOCKET_IFNAME /
+/// KILN_GLOO_HOSTNAME override.
 GlooOptions gloo_options(Millis timeout) {
   GlooOptions o;
   o.timeout = timeout;
   o.iface = env_or("GLOO_SOCKET_IFNAME", "");
   std::string master = env_or("MASTER_ADDR", "127.0.0.1");
   char host[256] = {};
-  if (!is_loopback(master) && gethostname(host, sizeof host - 1) == 0) o.hostname = host;
+  if (!is_loopback(master)) {
+    o.hostname = local_address_towards(master);
+    if (o.hostname.empty() && gethostname(host, sizeof host - 1) == 0) o.hostname = host;
+  }
   o.hostname = env_or("KILN_GLOO_HOSTNAME", o.hostname);
   return o;
 }

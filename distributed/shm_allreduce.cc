@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <thread>
 
@@ -21,12 +20,14 @@
 
 #include "core/error.h"
 #include "distributed/errors.h"
+#include "distributed/node_identity.h"
 
 namespace kiln::dist {
 
 struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> generation;
+  std::atomic<int32_t> aborted_by;  // 0, or 1 + the rank that called abort()
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futexes need plain 32-bit words");
 
@@ -36,18 +37,10 @@ constexpr size_t kHeaderBytes = 4096;  // the barrier words, then each rank's pi
 constexpr size_t kPidsOffset = 128;
 constexpr int kMaxRanks = static_cast<int>((kHeaderBytes - kPidsOffset) / sizeof(int32_t));
 
-static_assert(2 * 64 <= kPidsOffset, "the pids follow the two cache-line-aligned barrier words");
+static_assert(2 * 64 <= kPidsOffset,
+              "the pids follow the two cache-line-aligned barrier words (aborted_by shares the second)");
 
 int32_t* pids(void* base) { return reinterpret_cast<int32_t*>(static_cast<unsigned char*>(base) + kPidsOffset); }
-
-std::string this_host() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");  // same name, other machine: differs
-  std::string id;
-  std::getline(boot, id);
-  return std::string(host) + "/" + id;
-}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
@@ -60,9 +53,9 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
   const char* env = std::getenv("KILN_SHM_ALLREDUCE");
   if (size < 2 || size > kMaxRanks || (env != nullptr && std::string(env) == "0")) return nullptr;
   // Same host for everyone?
-  store.set(fmt::format("shm/host/{}", rank), this_host());
+  store.set(fmt::format("shm/host/{}", rank), node_identity());
   for (int r = 0; r < size; ++r)
-    if (store.get_string(fmt::format("shm/host/{}", r)) != this_host()) return nullptr;
+    if (store.get_string(fmt::format("shm/host/{}", r)) != node_identity()) return nullptr;
 
   const size_t bytes = kHeaderBytes + static_cast<size_t>(size + 1) * kChunkBytes;
   // Rank 0 creates and sizes the segment before it publishes the name: a rank that opened it
@@ -128,6 +121,10 @@ void ShmAllreduce::barrier() {
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   while (h.generation.load(std::memory_order_acquire) == gen) {
+    if (int32_t by = h.aborted_by.load(std::memory_order_acquire); by != 0)
+      KILN_DIST_FAIL(PeerError,
+                     "shared-memory all-reduce: rank {} of this node gave up (its part of the collective failed)",
+                     by - 1);
     if (std::chrono::steady_clock::now() > deadline)
       KILN_DIST_FAIL(TimeoutError, "shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks",
                      rank_, timeout_.count());
@@ -158,6 +155,22 @@ void ShmAllreduce::allreduce(void* data, size_t count, size_t elem_size, const R
     barrier();  // the whole result written
     std::memcpy(bytes + first * elem_size, result(), n * elem_size);
     barrier();  // everyone has read it: the slots and the result may be reused
+  }
+}
+
+void ShmAllreduce::abort() {
+  header_->aborted_by.store(rank_ + 1, std::memory_order_release);
+  futex(&header_->generation, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
+void ShmAllreduce::broadcast(void* data, size_t bytes, int root) {
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t first = 0; first < bytes; first += kChunkBytes) {
+    const size_t n = std::min(kChunkBytes, bytes - first);
+    if (rank_ == root) std::memcpy(result(), p + first, n);
+    barrier();  // the chunk is in the result area
+    if (rank_ != root) std::memcpy(p + first, result(), n);
+    barrier();  // everyone has read it
   }
 }
 

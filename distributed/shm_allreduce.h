@@ -6,7 +6,7 @@
 // leaves the cores to compute while data parallel overlaps it with backward.
 //
 // `create` is collective. It returns null (and the group uses Gloo's TCP all-reduce) unless
-// every rank is on the same host and every rank could map the segment; KILN_SHM_ALLREDUCE=0
+// every rank is on the same node (node_identity.h) and every rank could map the segment; KILN_SHM_ALLREDUCE=0
 // turns it off. The segment is unlinked as soon as every rank has mapped it, so nothing is
 // left behind in /dev/shm whatever happens to the processes.
 #pragma once
@@ -32,6 +32,14 @@ class ShmAllreduce {
   /// In place over `count` elements of `elem_size` bytes; `reduce(c, a, b, n)` sets c = a op b.
   /// Throws when a peer does not reach a barrier within the timeout.
   void allreduce(void* data, size_t count, size_t elem_size, const ReduceFn& reduce);
+
+  /// Makes every rank waiting (or later arriving) at a barrier fail at once with a PeerError
+  /// naming this rank: for a caller whose own part of a larger collective failed, so its
+  /// node-mates do not sit out the timeout. The segment is unusable afterwards.
+  void abort();
+
+  /// Copies `bytes` of `root`'s data into every other rank's data.
+  void broadcast(void* data, size_t bytes, int root);
 
   static constexpr size_t kChunkBytes = size_t{4} << 20;
 

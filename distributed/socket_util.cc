@@ -154,6 +154,24 @@ int local_port(int fd) {
   fail("TcpStore: getsockname returned address family {}", static_cast<int>(a.ss_family));
 }
 
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+  // Connecting a UDP socket sends nothing: the kernel only picks the route and source address.
+  Fd fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0 || ::connect(fd.get(), res->ai_addr, res->ai_addrlen) != 0) return "";
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr = a.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&a)->sin_addr)
+                                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr);
+  return inet_ntop(a.ss_family, addr, text, sizeof text) != nullptr ? text : "";
+}
+
 namespace {
 
 // Waits until fd is ready for `events` or the deadline passes (then throws naming `what`).

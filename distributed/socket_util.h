@@ -36,6 +36,10 @@ Fd listen_tcp(int port, int backlog);
 /// The local port a socket is bound to.
 int local_port(int fd);
 
+/// The address of this host on the route to `host` (what a peer there can reach us at), or ""
+/// when `host` does not resolve or is unreachable. Sends no packet.
+std::string local_address_towards(const std::string& host);
+
 /// Sends every byte (no SIGPIPE). Throws on error or if the deadline passes first.
 void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer);
 

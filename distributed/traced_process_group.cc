@@ -167,6 +167,16 @@ WorkPtr TracedProcessGroup::reduce_scatter(Tensor output, std::vector<Tensor> in
   int64_t n = output.defined() ? output.numel() : 0;
   return observe("reduce_scatter", inner_->reduce_scatter(output, std::move(inputs), op), {n}, output, -1, false);
 }
+// The flat forms go to the backend's own (NCCL's direct calls, the shared-memory path), recorded
+// as one collective each.
+WorkPtr TracedProcessGroup::reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) {
+  int64_t n = output.defined() ? output.numel() : 0;
+  return observe("reduce_scatter", inner_->reduce_scatter_tensor(output, input, op), {n}, output, -1, false);
+}
+WorkPtr TracedProcessGroup::allgather_into_tensor(Tensor output, Tensor input) {
+  int64_t n = input.defined() ? input.numel() : 0;
+  return observe("allgather", inner_->allgather_into_tensor(output, input), {n}, input, -1, false);
+}
 WorkPtr TracedProcessGroup::send(Tensor t, int dst, int tag) {
   return observe("send", inner_->send(t, dst, tag), {t.defined() ? t.numel() : 0}, t, dst, true);
 }

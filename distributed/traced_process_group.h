@@ -27,6 +27,8 @@ class TracedProcessGroup final : public ProcessGroup {
   WorkPtr reduce(Tensor t, int root, ReduceOp op = ReduceOp::kSum) override;
   WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) override;
   WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op = ReduceOp::kSum) override;
+  WorkPtr reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op = ReduceOp::kSum) override;
+  WorkPtr allgather_into_tensor(Tensor output, Tensor input) override;
   WorkPtr send(Tensor t, int dst, int tag = 0) override;
   WorkPtr recv(Tensor t, int src, int tag = 0) override;
   WorkPtr barrier() override;

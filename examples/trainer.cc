@@ -11,6 +11,7 @@
 #include "data/mnist.h"
 #include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
+#include "distributed/gloo_backend.h"
 #include "distributed/init.h"
 #include "distributed/job_env.h"
 #include "distributed/scaler_sync.h"
@@ -129,6 +130,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     // whose stages hold different gradients, share the flag (pipeline_trainer.cc).
     out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
                        pg->backend(), ddp->bucket_names().size(), c.batch_size);
+    dist::ProcessGroup* backend = pg.get();  // the group under the flight recorder's wrapper
+    if (auto* traced = dynamic_cast<dist::TracedProcessGroup*>(backend)) backend = &traced->inner();
+    if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(backend)) out << "all-reduce: " << gloo->allreduce_path() << "\n";
   }
   dist::ZeroRedundancyOptimizer* zero = nullptr;
   if (c.zero == 1) {

@@ -1,0 +1,62 @@
+// The α-β model of collectives and of a data-parallel step, kept apart from measuring so it can
+// be tested on its own. A ring collective over n ranks moves its data in n-1 (reduce-scatter,
+// all-gather) or 2(n-1) (all-reduce) steps, each paying a latency α; every rank sends
+// (n-1)/n or 2(n-1)/n of the message over its link at the bus bandwidth B:
+//   all-reduce      t = 2(n-1)·α + 2(n-1)/n · bytes / B
+//   reduce-scatter  t =  (n-1)·α +  (n-1)/n · bytes / B      (and all-gather the same)
+// A DDP step: forward, then backward during which bucket i becomes ready at r_i and is
+// all-reduced on one communication thread in bucket order (start_i = max(r_i, end_{i-1})), then
+// the optimizer once the last bucket is done: step = fwd + max(bwd, end_last) + opt.
+#pragma once
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace kiln::bench {
+
+struct AlphaBeta {
+  double alpha_s = 0;        // latency per ring step
+  double bus_bytes_per_s = 0;  // B
+};
+
+/// Least-squares fit of t = a + b·bytes over (bytes, seconds) points, read as a ring all-reduce
+/// over n ranks: α = a / (2(n-1)), B = 2(n-1) / (n·b). Points below `min_bytes` are ignored
+/// (their time is scheduling noise, not the link). Throws kiln::Error for n < 2 or < 2 points.
+AlphaBeta fit_allreduce(const std::vector<std::pair<double, double>>& bytes_seconds, int n, double min_bytes = 0);
+
+double allreduce_seconds(const AlphaBeta& m, int n, double bytes);
+double reduce_scatter_seconds(const AlphaBeta& m, int n, double bytes);
+double allgather_seconds(const AlphaBeta& m, int n, double bytes);
+
+/// All-reduce over n ranks in nodes of g, hierarchically with every GPU its own NIC (the NCCL
+/// way): reduce-scatter within the node (intra), all-reduce of each rank's 1/g share among the
+/// n/g nodes (inter, all g NICs at once), all-gather within the node. Equals the flat ring on
+/// `intra` when n <= g.
+double hierarchical_allreduce_seconds(const AlphaBeta& intra, const AlphaBeta& inter, int g, int n, double bytes);
+
+struct BucketTiming {
+  double ready_s = 0;  // since backward started
+  double bytes = 0;
+};
+
+struct StepProfile {
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  std::vector<BucketTiming> buckets;  // in launch order
+};
+
+struct StepPrediction {
+  double step_s = 0;
+  double comm_s = 0;     // sum of the buckets' all-reduce times
+  double exposed_s = 0;  // how long the optimizer waited after backward for the last bucket
+  double efficiency = 1;  // one rank's step time / this step time (weak scaling: batch per rank fixed)
+};
+
+/// The step on n ranks. `compute_scale` stretches forward, backward and optimizer (and the
+/// ready times) for ranks that share cores (1 when each has its own).
+StepPrediction predict_step(const StepProfile& p, const AlphaBeta& link, int n, double compute_scale = 1);
+/// The same with each bucket's all-reduce taking `allreduce(bytes)` seconds.
+StepPrediction predict_step_with(const StepProfile& p, const std::function<double(double)>& allreduce,
+                                 double compute_scale = 1);
+
+}  // namespace kiln::bench

@@ -1,0 +1,62 @@
+// The α-β model (bench/scaling_math.h): the fit recovers α and B from exact ring timings, the
+// collective formulas, and the DDP step's overlap arithmetic on hand-worked cases.
+#include <doctest/doctest.h>
+
+#include "bench/scaling_math.h"
+#include "core/error.h"
+
+namespace kiln::bench {
+namespace {
+
+TEST_CASE("fit_allreduce recovers α and B from ring timings, ignoring sizes below the cut") {
+  const AlphaBeta truth{20e-6, 1.5e9};
+  for (int n : {2, 3, 8}) {
+    std::vector<std::pair<double, double>> pts;
+    for (double bytes = 4; bytes <= 64e6; bytes *= 4) pts.push_back({bytes, allreduce_seconds(truth, n, bytes)});
+    pts.push_back({16, 1.0});  // a wild small-message point, below the cut
+    AlphaBeta m = fit_allreduce(pts, n, 1024);
+    CHECK(m.alpha_s == doctest::Approx(truth.alpha_s).epsilon(1e-6));
+    CHECK(m.bus_bytes_per_s == doctest::Approx(truth.bus_bytes_per_s).epsilon(1e-9));
+  }
+  CHECK_THROWS_WITH_AS(fit_allreduce({{1e6, 1.0}}, 2), doctest::Contains("need at least 2"), kiln::Error);
+  CHECK_THROWS_WITH_AS(fit_allreduce({{1e6, 1.0}, {2e6, 1.0}}, 1), doctest::Contains("n >= 2"), kiln::Error);
+}
+
+TEST_CASE("ring formulas: all-reduce is reduce-scatter plus all-gather") {
+  const AlphaBeta m{10e-6, 1e9};
+  CHECK(allreduce_seconds(m, 4, 8e6) == doctest::Approx(6 * 10e-6 + 1.5 * 8e6 / 1e9));
+  CHECK(reduce_scatter_seconds(m, 4, 8e6) + allgather_seconds(m, 4, 8e6) ==
+        doctest::Approx(allreduce_seconds(m, 4, 8e6)));
+  CHECK(allreduce_seconds(m, 1, 8e6) == 0);
+}
+
+TEST_CASE("hierarchical all-reduce: flat within a node, three phases across nodes") {
+  const AlphaBeta intra{1e-6, 100e9}, inter{10e-6, 10e9};
+  CHECK(hierarchical_allreduce_seconds(intra, inter, 8, 4, 1e8) == doctest::Approx(allreduce_seconds(intra, 4, 1e8)));
+  // 16 ranks in nodes of 8: 7/8 of 100 MB each way over NVLink, 12.5 MB all-reduced by 2 nodes.
+  const double want = 2 * (7e-6 + 7.0 / 8 * 1e8 / 100e9) + 2 * 10e-6 + 12.5e6 / 10e9;
+  CHECK(hierarchical_allreduce_seconds(intra, inter, 8, 16, 1e8) == doctest::Approx(want));
+  CHECK_THROWS_WITH_AS(hierarchical_allreduce_seconds(intra, inter, 8, 12, 1e8), doctest::Contains("nodes of 8"),
+                       kiln::Error);
+}
+
+TEST_CASE("predict_step: hidden, partly exposed and serialised bucket communication") {
+  StepProfile p{0.010, 0.020, 0.002, {{0.005, 1e6}, {0.020, 1e6}}};
+  const AlphaBeta link{0, 1e9};  // 2 ranks: each 1 MB bucket takes 1 ms
+  StepPrediction s = predict_step(p, link, 2);
+  CHECK(s.comm_s == doctest::Approx(0.002));
+  CHECK(s.exposed_s == doctest::Approx(0.001));  // the last bucket starts when backward ends
+  CHECK(s.step_s == doctest::Approx(0.033));
+  CHECK(s.efficiency == doctest::Approx(0.032 / 0.033));
+  // A slow link: bucket 1 runs 5-15 ms; bucket 2, ready at 12 ms, waits for it (15-25 ms): 5 ms
+  // exposed after the 20 ms backward.
+  StepProfile q{0.010, 0.020, 0.002, {{0.005, 1e6}, {0.012, 1e6}}};
+  StepPrediction slow = predict_step(q, AlphaBeta{0, 1e8}, 2);
+  CHECK(slow.exposed_s == doctest::Approx(0.005));
+  // Ranks sharing cores stretch the compute and the ready times.
+  StepPrediction shared = predict_step(p, link, 2, 2.0);
+  CHECK(shared.step_s == doctest::Approx(0.064 + 0.001));
+}
+
+}  // namespace
+}  // namespace kiln::bench
