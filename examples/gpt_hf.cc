@@ -128,6 +128,9 @@ void save_hf(const GPT& model, const std::string& dir) {
       {"vocab_size", c.vocab_size},
       {"layer_norm_epsilon", c.layer_norm_eps},
       {"tie_word_embeddings", true},
+      // GPT-2's <|endoftext|> when the vocabulary has it; none otherwise (byte vocabularies).
+      {"bos_token_id", c.vocab_size > 50256 ? nlohmann::json(50256) : nlohmann::json(nullptr)},
+      {"eos_token_id", c.vocab_size > 50256 ? nlohmann::json(50256) : nlohmann::json(nullptr)},
       {"attn_pdrop", c.dropout},
       {"embd_pdrop", c.dropout},
       {"resid_pdrop", c.dropout},
