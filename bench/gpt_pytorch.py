@@ -56,7 +56,7 @@ class GPT(nn.Module):
         for blk in self.h:
             x = blk(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def read_corpus(path):
@@ -140,10 +140,10 @@ def main():
         model.train()
         return sum(losses) / len(losses)
 
-    curve, timed, tokens = [], 0.0, 0
+    curve, timed, cpu, tokens = [], 0.0, 0.0, 0
     start = time.time()
     for step in range(a.max_steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         x, y = random_batch(train, a.batch_size, t, a.seed, step * a.batch_size)
         loss = step_fn(x, y)
         opt.zero_grad(set_to_none=True)
@@ -154,7 +154,7 @@ def main():
         opt.step()
         dt = time.perf_counter() - t0
         if step > 0:
-            timed, tokens = timed + dt, tokens + a.batch_size * t
+            timed, cpu, tokens = timed + dt, cpu + time.process_time() - c0, tokens + a.batch_size * t
         if (step + 1) % a.log_every == 0:
             print(f"step {step + 1}/{a.max_steps} | loss {loss.item():.4f} | {a.batch_size * t / dt:.0f} tok/s", flush=True)
         if (a.eval_every and (step + 1) % a.eval_every == 0) or step + 1 == a.max_steps:
@@ -166,6 +166,7 @@ def main():
                       "steps": a.max_steps, "train_loss": loss.item(), "val_loss": curve[-1][1],
                       "val_bpb": curve[-1][1] / math.log(2), "val_curve": curve,
                       "tokens_per_sec": tokens / timed if timed else 0.0,
+                      "tokens_per_cpu_sec": tokens / cpu if cpu else 0.0,
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "wall_seconds": time.time() - start}))
 

@@ -2,7 +2,9 @@
 """Kiln's GPT trainer (examples/gpt) against the same GPT in PyTorch (bench/gpt_pytorch.py), eager
 and torch.compile, on this machine: same model, byte vocabulary, batch, sequence length, data,
 schedule and thread count. Runs are interleaved (kiln, eager, compile, kiln, ...); medians of
-training tokens/s (the first step excluded) and peak RSS are printed with Kiln's ratios, then one
+training tokens/s (the first step excluded), tokens per CPU-second of the process (all its threads:
+steadier than wall time when other jobs share the cores, though it also counts threads that spin
+while waiting) and peak RSS are printed with Kiln's ratios, then one
 JSON line.
 
   --quality-steps N    instead: one d6 run of N steps per framework (Kiln, PyTorch eager) with the
@@ -25,7 +27,10 @@ def last_json(cmd, env=None):
     if out.returncode != 0:
         raise SystemExit(f"gpt_vs_pytorch: {cmd[0]} exited with {out.returncode}")
     line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
-    return json.loads(line)
+    r = json.loads(line)
+    print(f"  -> {r['tokens_per_sec']:.0f} tok/s, {r['tokens_per_cpu_sec']:.0f} tok/CPU-s, "
+          f"{r['peak_rss_mb']:.0f} MB, val loss {r['val_loss']:.4f}", file=sys.stderr, flush=True)
+    return r
 
 
 def svg(curves, path, title):
@@ -104,20 +109,21 @@ def main():
             runs["eager"].append(last_json([py, a.pytorch_script, "--model", model] + timed))
             if not a.no_compile:
                 runs["compile"].append(last_json([py, a.pytorch_script, "--model", model, "--compile"] + timed))
-        med = {k: (statistics.median(r["tokens_per_sec"] for r in v), statistics.median(r["peak_rss_mb"] for r in v))
-               for k, v in runs.items() if v}
+        def med(k, key):
+            return statistics.median(r[key] for r in runs[k])
         row = {"model": model, "batch": a.batch_size, "seq_len": a.seq_len, "threads": a.threads,
-               "kiln_tok_s": med["kiln"][0], "eager_tok_s": med["eager"][0], "kiln_rss_mb": med["kiln"][1],
-               "eager_rss_mb": med["eager"][1], "kiln_vs_eager": med["kiln"][0] / med["eager"][0],
-               "kiln_mfu": statistics.median(r["mfu"] for r in runs["kiln"])}
-        if "compile" in med:
-            row.update({"compile_tok_s": med["compile"][0], "compile_rss_mb": med["compile"][1],
-                        "kiln_vs_compile": med["kiln"][0] / med["compile"][0]})
+               "kiln_mfu": med("kiln", "mfu")}
+        for k in (k for k, v in runs.items() if v):
+            row[f"{k}_tok_s"], row[f"{k}_tok_cpu_s"] = med(k, "tokens_per_sec"), med(k, "tokens_per_cpu_sec")
+            row[f"{k}_rss_mb"] = med(k, "peak_rss_mb")
+            if k != "kiln":
+                row[f"kiln_vs_{k}"] = row["kiln_tok_s"] / row[f"{k}_tok_s"]
+                row[f"kiln_vs_{k}_cpu"] = row["kiln_tok_cpu_s"] / row[f"{k}_tok_cpu_s"]
         rows.append(row)
-        print(f"{model}: kiln {row['kiln_tok_s']:.0f} tok/s ({row['kiln_rss_mb']:.0f} MB, MFU {row['kiln_mfu']:.1%}) | "
-              f"eager {row['eager_tok_s']:.0f} ({row['eager_rss_mb']:.0f} MB) x{row['kiln_vs_eager']:.2f}"
-              + (f" | compile {row['compile_tok_s']:.0f} ({row['compile_rss_mb']:.0f} MB) x{row['kiln_vs_compile']:.2f}"
-                 if "compile" in row else ""), flush=True)
+        for k in (k for k, v in runs.items() if v):
+            ratio = "" if k == "kiln" else f"  kiln x{row[f'kiln_vs_{k}']:.2f} (per CPU-second x{row[f'kiln_vs_{k}_cpu']:.2f})"
+            print(f"{model} {k:8s} {row[f'{k}_tok_s']:8.0f} tok/s {row[f'{k}_tok_cpu_s']:8.0f} tok/CPU-s "
+                  f"{row[f'{k}_rss_mb']:6.0f} MB peak RSS{ratio}", flush=True)
     print(json.dumps({"pytorch": label, "repeats": a.repeats, "rows": rows}))
 
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 
 #include <nlohmann/json.hpp>
 
@@ -150,12 +151,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   };
 
   const auto start = Clock::now();
-  double train_seconds = 0;
+  double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
   int64_t timed_tokens = 0;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
   while (state.step < last) {
     const int64_t step = state.step;
     const auto t0 = Clock::now();
+    const std::clock_t c0 = std::clock();
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -184,7 +186,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const double dt = seconds_since(t0);
     ++state.step;
     r.step_losses.push_back(loss_sum);
-    if (r.step_losses.size() > 1) train_seconds += dt, timed_tokens += budget;  // the first step warms up
+    if (r.step_losses.size() > 1) {  // the first step warms up
+      train_seconds += dt, timed_tokens += budget;
+      cpu_seconds += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    }
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%\n",
@@ -204,6 +209,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   r.steps_done = state.step;
   r.wall_seconds = seconds_since(start);
   r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
+  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
   r.mfu = r.tokens_per_sec * model->flops_per_token(t) / r.peak_flops;
   r.peak_rss_mb = peak_rss_mb();
   if (rank == 0 && c.sample_tokens > 0) {
@@ -234,6 +240,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"val_loss", r.val_losses.empty() ? 0.0 : r.val_losses.back().second},
       {"val_bpb", r.val_losses.empty() ? 0.0 : r.val_losses.back().second / std::log(2.0)},
       {"tokens_per_sec", r.tokens_per_sec},
+      {"tokens_per_cpu_sec", r.tokens_per_cpu_sec},
       {"mfu", r.mfu},
       {"peak_rss_mb", r.peak_rss_mb},
       {"wall_seconds", r.wall_seconds},

@@ -50,7 +50,9 @@ struct TrainResult {
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
   int64_t steps_done = 0;  // the global step reached
   int64_t params = 0, tokens_per_step = 0, grad_accum = 1;
-  double tokens_per_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
+  /// tokens_per_cpu_sec: per second of this process's CPU time over all its threads (robust to
+  /// other processes sharing the cores).
+  double tokens_per_sec = 0, tokens_per_cpu_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
   double peak_rss_mb = 0;
   std::string peak_description, sample;
   int rank = 0, world_size = 1;
