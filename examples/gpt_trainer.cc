@@ -66,6 +66,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
   if (hf) c.gpt = read_hf_config(c.init_from_hf);
+  KILN_CHECK(c.gpt.vocab_size >= 256, "{}: vocab_size {} cannot hold the 256 byte tokens",
+             hf ? "--init-from-hf " + c.init_from_hf : std::string("--vocab-size"), c.gpt.vocab_size);
   const int64_t t = c.seq_len > 0 ? c.seq_len : c.gpt.block_size;
   KILN_CHECK(t <= c.gpt.block_size, "--seq-len {} exceeds the model's block size {}", t, c.gpt.block_size);
 
@@ -108,6 +110,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
 
   TrainResult r;
+  r.gpt = c.gpt;
   r.rank = rank, r.world_size = world, r.grad_accum = accum, r.tokens_per_step = budget;
   r.params = model->num_parameters();
   const int used_threads = get_num_threads() * world;
@@ -123,10 +126,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto evaluate = [&]() {
     NoGradGuard g;
     model->eval();
-    const int64_t n = std::min(c.eval_batches, sequential_batches(data.val, c.batch_size, t));
+    // Batch i is the same rows whatever the world size: rank r takes its r-th slice of them.
+    const int64_t n = std::min(c.eval_batches, sequential_batches(data.val, c.batch_size * world, t));
     double sum = 0, count = 0;
-    for (int64_t i = rank; i < n; i += world) {
-      Batch b = sequential_batch(data.val, ids, c.batch_size, t, i);
+    for (int64_t i = 0; i < n; ++i) {
+      Batch b = sequential_batch(data.val, ids, c.batch_size, t, i * world + rank);
       amp::AutocastGuard autocast = mp.autocast();
       sum += GPT::loss(model->forward(b.x.to(c.device)), b.y.to(c.device)).item<double>();
       count += 1;
@@ -226,8 +230,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
   nlohmann::ordered_json line = {
       {"model", c.model},
-      {"n_layer", c.gpt.n_layer}, {"n_head", c.gpt.n_head}, {"n_embd", c.gpt.n_embd},
-      {"block_size", c.gpt.block_size}, {"vocab_size", c.gpt.vocab_size},
+      {"n_layer", r.gpt.n_layer}, {"n_head", r.gpt.n_head}, {"n_embd", r.gpt.n_embd},
+      {"block_size", r.gpt.block_size}, {"vocab_size", r.gpt.vocab_size},
       {"params", r.params},
       {"device", c.device.str()},
       {"threads", get_num_threads()},

@@ -46,6 +46,7 @@ struct TrainConfig {
 };
 
 struct TrainResult {
+  GPTConfig gpt;  // the shape trained (from --init-from-hf's config.json when given)
   std::vector<double> step_losses;                     // training loss of every step run, in order
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
   int64_t steps_done = 0;  // the global step reached

@@ -6,7 +6,8 @@
               logits and the loss of predicting each next token.
   check DIR EXPECTED
               loads DIR (written by Kiln) with from_pretrained and compares its logits and loss
-              with EXPECTED's; exits 1 when they differ by more than 1e-4."""
+              with EXPECTED's; exits 1 when they differ by more than 1e-4.
+  load DIR    loads DIR with from_pretrained and prints the loss on a fixed text's bytes."""
 import json
 import sys
 
@@ -24,7 +25,7 @@ def logits_and_loss(model, tokens):
 
 def make(d):
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=97, n_positions=16, n_embd=32, n_layer=2, n_head=4, activation_function="gelu_new",
+    cfg = GPT2Config(vocab_size=300, n_positions=16, n_embd=32, n_layer=2, n_head=4, activation_function="gelu_new",
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # every tensor non-trivial: LayerNorms and biases start at ones/zeros
@@ -52,8 +53,17 @@ def check(d, expected_path):
         sys.exit(1)
 
 
+def load(d):
+    model = GPT2LMHeadModel.from_pretrained(d).eval()
+    tokens = torch.tensor([list(range(16))])
+    _, loss = logits_and_loss(model, tokens)
+    print(f"hf loaded {d}: {sum(p.numel() for p in model.parameters())} parameters, loss {loss:.4f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "load":
+        load(sys.argv[2])
     else:
         check(sys.argv[2], sys.argv[3])

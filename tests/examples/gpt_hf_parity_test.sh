@@ -8,6 +8,7 @@
 set -uo pipefail
 check_bin="$1"
 fixture="$2"
+gpt="$3"
 home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 venv="${KILN_TORCH_VENV:-$home/.cache/kiln/torch-venv}"
 py="$venv/bin/python3"
@@ -33,4 +34,11 @@ set -e
 "$py" "$fixture" make "$work/hf"
 "$check_bin" "$work/hf" "$work/kiln"
 "$py" "$fixture" check "$work/kiln" "$work/hf/expected.json"
-echo "PASSED: Hugging Face GPT-2 logits and loss match both ways"
+# The trainer: --init-from-hf starts from the fixture, --save-hf writes what HF loads again.
+for i in $(seq 1 1600); do echo "The quick brown fox jumps over the lazy dog. A stitch in time saves nine."; done \
+  > "$work/corpus.txt"
+"$gpt" --init-from-hf "$work/hf" --data "$work/corpus.txt" --batch-size 2 --max-steps 2 --warmup-steps 1 \
+  --eval-batches 1 --sample-tokens 8 --save-hf "$work/trained" | tee "$work/train.log"
+grep -q '"model":"hf".*"vocab_size":300' "$work/train.log"
+"$py" "$fixture" load "$work/trained"
+echo "PASSED: Hugging Face GPT-2 logits and loss match both ways; the trainer starts from and saves HF weights"
