@@ -81,6 +81,8 @@ def main():
     p.add_argument("--svg", default="gpt_quality.svg")
     a = p.parse_args()
     py, label = torch_python()
+    # Under `bazel run` a relative --svg means the directory the command was given in.
+    a.svg = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), a.svg)
     common = ["--batch-size", str(a.batch_size), "--seq-len", str(a.seq_len), "--threads", str(a.threads),
               "--data", a.data, "--seed", "1337"]
 
