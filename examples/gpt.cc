@@ -1,0 +1,114 @@
+// Trains a GPT-2-style model on bytes of English text (Debian's `fortunes` by default), printing a
+// progress line per step, the validation loss every --eval-every steps, a sample and one JSON line.
+//   tools/bazel run //examples:gpt -- --model d6 --max-steps 200
+#include <cstdio>
+#include <iostream>
+
+#include "core/cli.h"
+#include "examples/gpt_trainer.h"
+
+using namespace kiln;
+
+namespace {
+
+struct Flags {
+  examples::gpt::TrainConfig c;
+  std::string device = "cpu";
+  int64_t vocab = 256;
+  CLI::Option *n_layer = nullptr, *n_head = nullptr, *n_embd = nullptr, *block = nullptr, *vocab_opt = nullptr,
+              *model = nullptr;
+  int64_t layers = 0, heads = 0, embd = 0, block_size = 0;
+
+  void declare(CLI::App& app) {
+    model = app.add_option("--model", c.model, "named shape: d6, d12 (GPT-2 small) or d24 (GPT-2 medium)")
+                ->check(cli::one_of({"d6", "d12", "d24"}));
+    n_layer = app.add_option("--n-layer", layers, "layers (overrides --model)")->check(cli::range<int64_t>(1, 1000));
+    n_head = app.add_option("--n-head", heads, "attention heads")->check(cli::range<int64_t>(1, 1024));
+    n_embd = app.add_option("--n-embd", embd, "width")->check(cli::range<int64_t>(1, 1 << 16));
+    block = app.add_option("--block-size", block_size, "positions")->check(cli::range<int64_t>(1, 1 << 16));
+    vocab_opt = app.add_option("--vocab-size", vocab, "vocabulary (>= 256: token ids are bytes)")
+                    ->check(cli::range<int64_t>(256, 1 << 20));
+    app.add_option("--dropout", c.gpt.dropout, "dropout")->check(cli::range(0.0, 0.99));
+    app.add_option("--data", c.data, "text file or directory of text files (default: Debian's fortunes)");
+    app.add_option("--init-from-hf", c.init_from_hf, "start from a Hugging Face GPT-2 save_pretrained directory");
+    app.add_option("--save-hf", c.save_hf, "at the end, write the model in Hugging Face's layout to this directory");
+    app.add_option("--batch-size", c.batch_size, "sequences per micro-batch (per rank)")
+        ->check(cli::range<int64_t>(1, 1 << 16));
+    app.add_option("--seq-len", c.seq_len, "tokens per sequence (0: the block size)")
+        ->check(cli::range<int64_t>(0, 1 << 16));
+    app.add_option("--total-batch-tokens", c.total_batch_tokens,
+                   "tokens per optimizer step over all ranks; gradients accumulate up to it (0: one micro-batch)")
+        ->check(cli::range<int64_t>(0, INT64_MAX));
+    app.add_option("--max-steps", c.max_steps, "optimizer steps of the whole run")->check(cli::range<int64_t>(1, 1 << 30));
+    app.add_option("--lr", c.lr, "peak learning rate")->check(cli::range(0.0, 10.0));
+    app.add_option("--min-lr", c.min_lr, "learning rate at the end of the cosine")->check(cli::range(0.0, 10.0));
+    app.add_option("--warmup-steps", c.warmup_steps, "linear warm-up steps")->check(cli::range<int64_t>(1, 1 << 30));
+    app.add_option("--weight-decay", c.weight_decay, "AdamW decay of the linear weights")->check(cli::range(0.0, 10.0));
+    app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->check(cli::range(0.0, 1e9));
+    app.add_option("--eval-every", c.eval_every, "steps between validation losses (0: only at the end)")
+        ->check(cli::range<int64_t>(0, 1 << 30));
+    app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation")
+        ->check(cli::range<int64_t>(1, 1 << 20));
+    app.add_option("--log-every", c.log_every, "steps between progress lines")->check(cli::range<int64_t>(1, 1 << 30));
+    app.add_option("--save", c.save, "checkpoint (safetensors), written every --save-every steps and at the end");
+    app.add_option("--save-every", c.save_every, "steps between checkpoints (0: only at the end)")
+        ->check(cli::range<int64_t>(0, 1 << 30));
+    app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
+    app.add_option("--stop-after-steps", c.stop_after_steps, "stop this invocation after N steps (0: never)")
+        ->check(cli::range<int64_t>(0, 1 << 30));
+    app.add_option("--amp", c.amp, "mixed precision: none or bf16 (autocast)")->check(cli::one_of({"none", "bf16"}));
+    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_option("--seed", c.seed, "seed for init, data order and sampling");
+    app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
+    app.add_option("--device", device, "cpu|cuda|cuda:N")
+        ->check(cli::accepted_by([](const std::string& s) { (void)Device(s); }));
+    app.add_option("--sample-tokens", c.sample_tokens, "bytes to generate at the end (0: none)")
+        ->check(cli::range<int64_t>(0, 1 << 20));
+    app.add_option("--temperature", c.temperature, "sampling temperature")->check(cli::range(1e-3, 100.0));
+    app.add_option("--top-k", c.top_k, "sample among the k likeliest tokens (0: all)")->check(cli::range<int64_t>(0, 1 << 20));
+    app.add_option("--prompt", c.prompt, "text the sample continues");
+    app.add_option("--peak-tflops", c.peak_tflops, "the device's peak for MFU (default: derived for the CPU)")
+        ->check(cli::range(0.0, 1e6));
+  }
+
+  /// The shape from --model, then the explicit shape flags; an error message or "".
+  std::string finish() {
+    double dropout = c.gpt.dropout;
+    c.gpt = examples::gpt::named_config(c.model, vocab);
+    c.gpt.dropout = dropout;
+    if (n_layer->count()) c.gpt.n_layer = layers;
+    if (n_head->count()) c.gpt.n_head = heads;
+    if (n_embd->count()) c.gpt.n_embd = embd;
+    if (block->count()) c.gpt.block_size = block_size;
+    if (n_layer->count() + n_head->count() + n_embd->count() + block->count() > 0 && model->count() == 0)
+      c.model = "custom";
+    if (c.gpt.n_embd % c.gpt.n_head != 0)
+      return fmt::format("--n-embd {} must be a multiple of --n-head {}", c.gpt.n_embd, c.gpt.n_head);
+    if (!c.init_from_hf.empty() && (vocab_opt->count() || n_layer->count() || n_head->count() || n_embd->count()))
+      return "--init-from-hf takes the model's shape from its config.json: drop the shape flags";
+    if (!c.init_from_hf.empty()) c.model = "hf";
+    if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
+    c.device = Device(device);
+    if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))
+      return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
+    return {};
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::App app("Trains a GPT-2-style model on the bytes of an English text corpus.", "gpt");
+  Flags flags;
+  flags.declare(app);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);
+  try {
+    examples::gpt::TrainResult r = examples::gpt::train(flags.c, std::cout);
+    if (r.rank == 0) std::cout << examples::gpt::result_json(flags.c, r) << std::endl;
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,71 @@
+// The GPT trainer's loop (examples/gpt.cc parses the flags): AdamW (no weight decay on biases,
+// LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
+// accumulation up to a token budget per step, bf16 autocast, data parallel under
+// //distributed:launch, periodic validation, checkpoints that resume exactly, a sample at the end.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+#include "examples/gpt_model.h"
+
+namespace kiln::examples::gpt {
+
+struct TrainConfig {
+  std::string model = "d6";  // the name the shape came from (or "custom"), for the JSON line
+  GPTConfig gpt;             // the shape (vocab 256 for bytes)
+  std::string data = "/usr/share/games/fortunes";
+  std::string init_from_hf;  // a save_pretrained directory (sets the shape, GPT-2 byte tokens)
+  int64_t batch_size = 8;    // sequences per micro-batch per rank
+  int64_t seq_len = 0;       // tokens per sequence (0: block_size)
+  int64_t total_batch_tokens = 0;  // tokens per optimizer step over all ranks (0: one micro-batch each)
+  int64_t max_steps = 200;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+  int64_t eval_every = 50, eval_batches = 8, log_every = 1;
+  std::string save;         // checkpoint path (safetensors), written every save_every steps and at the end
+  int64_t save_every = 0;   // 0: only at the end
+  std::string resume;       // continue the run saved here
+  int64_t stop_after_steps = 0;  // stop this invocation after N steps (the schedule still spans max_steps)
+  std::string save_hf;      // at the end, also write the Hugging Face layout here
+  std::string amp = "none"; // or "bf16"
+  bool ddp = false;
+  uint64_t seed = 1337;
+  int threads = 0;
+  Device device;
+  int64_t sample_tokens = 200;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  std::string prompt = "\n";
+  double peak_tflops = 0;   // 0: derived for the CPU (gpt_sample.h)
+};
+
+struct TrainResult {
+  GPTConfig gpt;  // the shape trained (from --init-from-hf's config.json when given)
+  std::vector<double> step_losses;                     // training loss of every step run, in order
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
+  int64_t steps_done = 0;  // the global step reached
+  int64_t params = 0, tokens_per_step = 0, grad_accum = 1;
+  /// tokens_per_cpu_sec: per second of this process's CPU time over all its threads (robust to
+  /// other processes sharing the cores).
+  double tokens_per_sec = 0, tokens_per_cpu_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
+  double peak_rss_mb = 0;
+  std::string peak_description, sample;
+  int rank = 0, world_size = 1;
+};
+
+/// The lr at `step`: linear warm-up to `lr` over warmup_steps, cosine to min_lr at max_steps.
+double lr_at(const TrainConfig& c, int64_t step);
+
+/// Trains as configured, progress to `log` (rank 0 only). Throws kiln::Error on bad input.
+TrainResult train(const TrainConfig& config, std::ostream& log);
+
+/// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
+std::string result_json(const TrainConfig& config, const TrainResult& result);
+
+}  // namespace kiln::examples::gpt

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPT trainer data-parallel under the launcher: 2 ranks x batch 2 draw the same rows as one
+# process with batch 4 (and 2 ranks x 2 accumulated micro-batches the same as batch 8), so the
+# losses agree to float rounding; rank 0 alone prints the JSON line; --ddp without the launcher is
+# a clear error.
+set -u
+launch="$1"
+gpt="$2"
+dir="${TEST_TMPDIR:-/tmp}/gpt_ddp"
+rm -rf "$dir" && mkdir -p "$dir"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+for i in $(seq 1 1600); do echo "The quick brown fox jumps over the lazy dog $((i % 7)). A stitch in time saves nine."; done \
+  > "$dir/corpus.txt"
+
+common=(--data "$dir/corpus.txt" --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --max-steps 4
+        --warmup-steps 1 --eval-every 0 --eval-batches 2 --sample-tokens 0 --threads 1)
+json() { echo "$1" | grep -o '{"model".*' | tail -1; }
+field() { echo "$1" | grep -o "\"$2\":[0-9.e+-]*" | cut -d: -f2; }
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * (b < 0 ? -b : b)) }'; }
+
+one=$("$gpt" "${common[@]}" --batch-size 4 2>&1) || fail "one process exited $?: $one"
+two=$("$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --ddp --batch-size 2 2>&1) || fail "2 ranks exited $?: $two"
+echo "$two"
+[[ "$two" == *'"world_size":2'* ]] || fail "the JSON line does not say world_size 2"
+[[ "$two" != *"[rank 1] {"* ]] || fail "rank 1 printed a JSON line too"
+for key in train_loss val_loss; do
+  a=$(field "$(json "$two")" $key) b=$(field "$(json "$one")" $key)
+  close "$a" "$b" || fail "$key: 2 ranks x batch 2 gave $a, one process with batch 4 gave $b"
+done
+
+eight=$("$gpt" "${common[@]}" --batch-size 8 2>&1) || fail "batch 8 exited $?"
+acc=$("$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --ddp --batch-size 2 --total-batch-tokens 128 2>&1) ||
+  fail "2 ranks with accumulation exited $?: $acc"
+[[ "$acc" == *'"grad_accum":2'* ]] || fail "--total-batch-tokens 128 over 2 ranks x 2 x 16 should accumulate 2 micro-batches"
+a=$(field "$(json "$acc")" train_loss) b=$(field "$(json "$eight")" train_loss)
+close "$a" "$b" || fail "accumulated train_loss $a differs from batch 8's $b"
+
+err=$("$gpt" "${common[@]}" --ddp 2>&1 >/dev/null)
+code=$?
+[ "$code" -eq 1 ] || fail "--ddp without the launcher exited $code (want 1)"
+[[ "$err" == *"--ddp: WORLD_SIZE is not set"* ]] || fail "--ddp without the launcher: $err"
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all ok"
