@@ -35,7 +35,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    // A shape with a zero dim holds nothing, but its strides still multiply the other dims.
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(shape[i], 1), &acc))
+      fail("shape {} is too large: its strides overflow int64", shape);
   }
   return st;
 }

@@ -175,13 +175,14 @@ IdxArray read_idx_raw(const std::string& path) {
   got = src->read(dim_bytes.data(), dim_bytes.size());
   if (got < dim_bytes.size())
     idx_fail(path, fmt::format("truncated header: {} dims need {} bytes, found {}", ndim, dim_bytes.size(), got));
-  uint64_t numel = 1;
+  uint64_t numel = 1, span = 1;  // span: the product of the non-zero dims (what strides reach)
   for (int d = 0; d < ndim; ++d) {
     uint32_t v = be32(&dim_bytes[4 * d]);
     out.dims.push_back(v);
-    if (v != 0 && numel > (uint64_t(1) << 40) / v)
+    if (v != 0 && span > (uint64_t(1) << 40) / v)
       idx_fail(path, fmt::format("dims {} are implausibly large", out.dims));
     numel *= v;
+    span *= std::max<uint64_t>(v, 1);
   }
   const size_t esize = idx_type_size(out.type);
   const uint64_t nbytes = numel * esize;

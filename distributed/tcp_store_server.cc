@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -82,7 +83,12 @@ class TcpStoreServer::Impl {
     thread_ = std::thread([this] { run(); });
   }
 
+  /// No socket, no thread, no log: for replay().
+  struct Offline {};
+  explicit Impl(Offline) : log_(false) {}
+
   ~Impl() {
+    if (!thread_.joinable()) return;
     stop_.store(true);
     uint64_t one = 1;
     // Cannot fail short of a full counter; the loop also re-checks stop_ on every wake-up.
@@ -93,6 +99,8 @@ class TcpStoreServer::Impl {
   }
 
   int port() const { return port_; }
+
+  TcpStoreReplay replay(const std::vector<Bytes>& streams);
 
  private:
   void run();
@@ -134,15 +142,16 @@ class TcpStoreServer::Impl {
   std::vector<std::unique_ptr<Conn>> conns_;
   bool mutated_ = false;
   Clock::time_point accept_paused_until_{};
+  bool log_ = true;
 };
 
 void TcpStoreServer::Impl::drop(Conn& c, const std::string& why) {
-  if (!why.empty())
+  if (!why.empty() && log_)
     std::fprintf(stderr, "kiln TcpStore server (port %d): closing the connection from %s: %s\n", port_,
                  c.peer.c_str(), why.c_str());
   // Best effort: a client refused for its protocol version still gets our hello, which says
   // which version we speak.
-  if (!c.closed && c.unsent() > 0) {
+  if (!c.closed && c.unsent() > 0 && c.fd.valid()) {
     ssize_t ignored = ::send(c.fd.get(), c.out.data() + c.out_off, c.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)ignored;
   }
@@ -402,6 +411,63 @@ void TcpStoreServer::Impl::run() {
       if (!c->closed && c->unsent() > 0) flush(*c);
     std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->closed; });
   }
+}
+
+TcpStoreReplay TcpStoreServer::Impl::replay(const std::vector<Bytes>& streams) {
+  TcpStoreReplay out;
+  out.replies.resize(streams.size());
+  for (const Bytes& s : streams) {
+    conns_.push_back(std::make_unique<Conn>());
+    conns_.back()->peer = "replay";
+    conns_.back()->in = s;
+  }
+  // As run() does per poll round: serve, then wake parked requests; what flush() would send
+  // is moved to `out` instead. A round that changes nothing ends the replay, after one more
+  // round with every parked request timed out if some are left.
+  auto state = [&] {
+    std::vector<std::tuple<size_t, bool, bool>> s;
+    for (auto& c : conns_) s.emplace_back(c->unparsed(), c->parked.has_value(), c->closed);
+    return s;
+  };
+  auto guarded = [&](Conn& c, auto&& step) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      drop(c, e.what());
+    }
+  };
+  for (;;) {
+    const auto before = state();
+    for (auto& c : conns_)
+      if (!c->closed) guarded(*c, [&] { serve(*c); });
+    try {
+      wake_satisfied();
+    } catch (const std::exception&) {
+      // run() logs and goes on; so does the replay.
+    }
+    bool sent = false;
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[i];
+      sent = sent || c.unsent() > 0;
+      out.replies[i].insert(out.replies[i].end(), c.out.begin() + static_cast<ptrdiff_t>(c.out_off), c.out.end());
+      c.out.clear();
+      c.out_off = 0;
+    }
+    if (sent || state() != before) continue;
+    const bool parked = std::any_of(conns_.begin(), conns_.end(), [](auto& c) { return c->parked.has_value(); });
+    if (!parked) break;
+    try {
+      expire(Clock::time_point::max());
+    } catch (const std::exception&) {
+    }
+  }
+  for (auto& c : conns_) out.closed.push_back(c->closed);
+  return out;
+}
+
+TcpStoreReplay replay_tcp_store_server(const std::vector<Bytes>& streams) {
+  TcpStoreServer::Impl impl{TcpStoreServer::Impl::Offline{}};
+  return impl.replay(streams);
 }
 
 TcpStoreServer::TcpStoreServer(int port) : impl_(std::make_unique<Impl>(port)) {}

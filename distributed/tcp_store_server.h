@@ -5,9 +5,24 @@
 // server keeps serving everyone else.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace kiln::dist {
+
+/// The server's request handling with no socket and no thread, for fuzzing the wire protocol:
+/// `replay_tcp_store_server(streams)` treats each stream as everything one client sent, buffered
+/// before the server looks, and runs the serving loop's steps on them (hello, frames, parked
+/// GET/WAIT answered when their keys appear, and at the end every still-parked request timed
+/// out) until nothing changes.
+struct TcpStoreReplay {
+  /// What the server sent on each connection, in order.
+  std::vector<std::vector<uint8_t>> replies;
+  /// Whether it closed that connection (a protocol violation).
+  std::vector<bool> closed;
+};
+TcpStoreReplay replay_tcp_store_server(const std::vector<std::vector<uint8_t>>& streams);
 
 class TcpStoreServer {
  public:
@@ -24,6 +39,7 @@ class TcpStoreServer {
 
  private:
   class Impl;
+  friend TcpStoreReplay replay_tcp_store_server(const std::vector<std::vector<uint8_t>>& streams);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,8 +12,8 @@
 #include "data/mnist.h"
 #include "distributed/exit_codes.h"
 #include "examples/models.h"
+#include "examples/mnist_flags.h"
 #include "examples/trainer.h"
-#include "nn/checkpoint.h"
 
 using namespace kiln;
 
@@ -37,132 +37,12 @@ data/forward/backward/exposed-comm/optimizer/rest per step, samples/s, GFLOP/s a
 job runs P stages x (world / P) data-parallel replicas.
 )";
 
-/// Every flag of the main job, declared once: name, destination, help, range or choices.
-struct Flags {
-  examples::TrainConfig c;
-  std::string device, matmul_precision = "highest";
-  std::vector<int64_t> profile_steps{5, 2, 5};
-  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
-
-  void declare(CLI::App& app) {
-    app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}));
-    app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::range<int64_t>(1, 1000));
-    app.add_option("--batch-size", c.batch_size, "batch size")->check(cli::range<int64_t>(1, 1 << 20));
-    lr = app.add_option("--lr", c.lr, "learning rate (default 0.05 for sgd, 1e-3 for adam/adamw)")
-             ->check(cli::range(0.0, 100.0));
-    app.add_option("--optimizer", c.optimizer, "optimizer (sgd: with momentum 0.9)")
-        ->check(cli::one_of({"sgd", "adam", "adamw"}));
-    app.add_option("--schedule", c.schedule, "learning-rate schedule over the run (cosine: per step)")
-        ->check(cli::one_of({"cosine", "constant"}));
-    app.add_option("--seed", c.seed, "seed for init and data order")->check(cli::range<int64_t>(0, INT64_MAX));
-    app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
-    app.add_option("--device", device, "cpu|cuda|cuda:N (default: the best present)")
-        ->check(cli::accepted_by([](const std::string& s) { (void)Device(s); }));
-    app.add_option("--data-dir", c.data_dir, "Fashion-MNIST/MNIST IDX files");
-    app.add_option("--save", c.save, "checkpoint after every epoch (safetensors)");
-    app.add_option("--resume", c.resume, "continue the run saved in this file");
-    app.add_option("--stop-after-epochs", c.stop_after_epochs,
-                   "stop after N epochs of this invocation (resume later with --resume; 0: never)")
-        ->check(cli::range<int64_t>(0, 1000));
-    app.add_option("--save-every", c.save_every,
-                   "also checkpoint to --save every N steps, mid-epoch included (0: only after each epoch)")
-        ->check(cli::range<int64_t>(0, INT64_MAX));
-    app.add_flag("--auto-resume", c.auto_resume,
-                 "resume from --save when it exists (restarted jobs, e.g. under launch --max-restarts)");
-    app.add_option("--stop-after-steps", c.stop_after_steps,
-                   "stop after N steps of this invocation, saving first (resume later with --resume; 0: never)")
-        ->check(cli::range<int64_t>(0, INT64_MAX));
-    app.add_option("--timeout", c.timeout_s,
-                   "seconds a collective (or the rendezvous) may wait for the other ranks before failing")
-        ->check(cli::range(0.1, 1e7));
-    app.add_option("--dropout", c.dropout, "dropout probability after each hidden layer of the MLP")
-        ->check(cli::range(0.0, 0.99));
-    app.add_option("--limit-train", c.limit_train, "use only the first N training images (0: all)")
-        ->check(cli::range<int64_t>(0, INT64_MAX));
-    app.add_option("--log-every", c.log_every, "steps between progress lines")
-        ->check(cli::range<int64_t>(1, INT64_MAX));
-    app.add_option("--workers", c.workers, "data loader worker threads (0: batches gathered inline)")
-        ->check(cli::range(0, 64));
-    app.add_option("--amp", c.amp, "mixed precision")->check(cli::one_of({"none", "f16", "bf16"}));
-    app.add_option("--amp-mode", c.amp_mode, "o1: f32 model under autocast; o2: the model in f16/bf16")
-        ->check(cli::one_of({"o1", "o2"}));
-    app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
-        ->check(cli::one_of({"highest", "high"}));
-    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch, srun or mpirun");
-    app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards the optimizer state over the ranks")
-        ->check(cli::range(0, 1));
-    app.add_option("--zero-checkpoint", c.zero_checkpoint,
-                   "with --zero 1: consolidated (resumable by any run) or sharded (a file per rank, same world size)")
-        ->check(cli::one_of({"consolidated", "sharded"}));
-    app.add_option("--pipeline-stages", c.pipeline_stages,
-                   "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
-        ->check(cli::range(1, 64));
-    micro_batches = app.add_option("--micro-batches", c.micro_batches,
-                                   "pipeline: micro-batches per batch (--batch-size must divide by it)")
-                        ->check(cli::range(1, 4096));
-    // --schedule already names the learning-rate schedule.
-    pipeline_schedule = app.add_option("--pipeline-schedule", c.pipeline_schedule,
-                                       "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
-                            ->check(cli::one_of({"gpipe", "1f1b"}));
-    pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
-                                      "pipeline: cut the stages to equal parameter counts or equal measured forward time")
-                           ->check(cli::one_of({"params", "time"}));
-    app.add_option("--profile", c.profile_dir, "profile a few steps: Chrome trace per rank in DIR, op table printed");
-    app.add_option("--profile-steps", profile_steps, "profiler schedule: wait,warmup,active steps")
-        ->expected(3)
-        ->delimiter(',')
-        ->check(cli::range<int64_t>(0, 1 << 30));
-    app.add_option("--logdir", c.logdir, "TensorBoard event files in DIR (loss, lr, grad norm, loss scale, "
-                                         "samples/s, test accuracy)");
-    app.add_option("--peak-gflops", c.peak_gflops,
-                   "peak GFLOP/s for MFU (default: measured f32 GEMM rate on CPU; required for MFU on GPUs)")
-        ->check(cli::range(0.0, 1e9));
-  }
-
-  /// The checks that involve more than one flag, or the machine; an error message or "".
-  std::string finish() {
-    if (lr->count() == 0) c.lr = c.optimizer == "sgd" ? 0.05 : 1e-3;
-    c.device = device.empty() ? best_device() : Device(device);
-    if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))
-      return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
-    if (c.auto_resume && c.save.empty()) return "--auto-resume needs --save (the checkpoint to resume from)";
-    if (c.save_every > 0 && c.save.empty()) return "--save-every needs --save (where to write)";
-    if (c.dropout > 0 && c.model != "mlp") return "--dropout applies to --model mlp only";
-    if (c.amp == "none" && c.amp_mode == "o2")
-      return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
-    if (std::string problem = check_pipeline(); !problem.empty()) return problem;
-    if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
-    c.profile_wait = profile_steps[0];
-    c.profile_warmup = profile_steps[1];
-    c.profile_active = profile_steps[2];
-    set_float32_matmul_precision(matmul_precision);
-    return {};
-  }
-
-  /// The pipeline flags against each other and the model (the world size is checked at launch).
-  std::string check_pipeline() const {
-    const int p = c.pipeline_stages, m = c.micro_batches;
-    if (p == 1)
-      for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance})
-        if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
-    if (p == 1) return {};
-    const int64_t layers = static_cast<int64_t>(examples::make_model(c.model)->size());
-    if (p > layers)
-      return fmt::format("--pipeline-stages {}: the {} has only {} layers (each stage needs at least one)", p, c.model,
-                         layers);
-    if (c.batch_size % m != 0)
-      return fmt::format("--batch-size {} does not split into --micro-batches {} (make it a multiple)", c.batch_size,
-                         m);
-    return {};
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   cli::App app("Trains an MLP or a CNN on Fashion-MNIST on the best device present.", "mnist");
   app.footer(kAmpNotes);
-  Flags flags;
+  examples::MnistFlags flags;
   flags.declare(app);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);

@@ -137,6 +137,10 @@ TEST_CASE("read_idx refuses corrupt gzip, bad magic, unknown types and missing f
   CHECK_ERROR_HAS(read_idx(dir + "/ndim0"), dir + "/ndim0", "0 dims");
   write_bytes(dir + "/huge", idx_bytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}));
   CHECK_ERROR_HAS(read_idx(dir + "/huge"), dir + "/huge", "implausibly large");
+  // Found by //tests/fuzz:idx_fuzz_test: a zero dim makes numel 0, but the other dims still
+  // make the strides, which overflowed int64.
+  write_bytes(dir + "/zero_then_huge", idx_bytes(0x08, {0, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {}));
+  CHECK_ERROR_HAS(read_idx(dir + "/zero_then_huge"), dir + "/zero_then_huge", "implausibly large");
   write_bytes(dir + "/huge.gz", test::gzip_bytes(idx_bytes(0x08, {100000, 100000}, {1, 2, 3})));
   CHECK_ERROR_HAS(read_idx(dir + "/huge.gz"), dir + "/huge.gz", "truncated");
 

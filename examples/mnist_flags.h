@@ -1,0 +1,29 @@
+// The main job's command line (//examples:mnist): every flag declared once with its range or
+// choices, and the checks across flags. Apart from main so the flag set can be fuzzed
+// (//tests/fuzz:cli) and tested without starting a run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cli.h"
+#include "examples/trainer.h"
+
+namespace kiln::examples {
+
+/// Every flag of the main job, declared once: name, destination, help, range or choices.
+struct MnistFlags {
+  TrainConfig c;
+  std::string device, matmul_precision = "highest";
+  std::vector<int64_t> profile_steps{5, 2, 5};  // --profile-steps wait,warmup,active
+  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
+
+  /// Adds the flags to `app`, writing into this struct.
+  void declare(CLI::App& app);
+  /// The checks that involve more than one flag, or the machine; an error message or "".
+  std::string finish();
+  /// The pipeline flags against each other and the model (the world size is checked at launch).
+  std::string check_pipeline() const;
+};
+
+}  // namespace kiln::examples
