@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -45,6 +46,24 @@ inline double tolerance(DType t) {
     case kFloat64: return 1e-12;
     default: return 0;
   }
+}
+
+/// Uniform in [lo, hi), drawn in f64 and rounded to `dtype` (random, never all-zero inputs).
+inline Tensor random_input(const Shape& shape, DType dtype, double lo, double hi) {
+  return (rand(shape, kFloat64) * (hi - lo) + lo).to(dtype);
+}
+
+/// Elementwise: |a - b| <= tol (|b| + scale), scale the largest |b| (at least 1): sums over many
+/// terms differ in order between the devices, so small entries are held to the big ones' error.
+/// `a` may be on any device; `b` is on the CPU.
+inline bool close_scaled(const Tensor& a, const Tensor& b, double tol) {
+  auto x = a.to(kCPU).to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  double scale = 1;
+  for (double v : y) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || std::fabs(x[i] - y[i]) <= tol * (std::fabs(y[i]) + scale))) return false;
+  return true;
 }
 
 }  // namespace kiln::test
