@@ -85,6 +85,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   r.bucket_cap_bytes = static_cast<int64_t>(options.bucket_cap_mb * (1 << 20));
   r.find_unused_parameters = options.find_unused_parameters;
   r.overlap = options.overlap;
+  r.gradient_as_bucket_view = options.gradient_as_bucket_view;
   reducer_ = Reducer::create(std::move(names), std::move(params), pg_, r);
 }
 

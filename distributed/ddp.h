@@ -36,6 +36,11 @@ struct DDPOptions {
   bool broadcast_buffers = true;
   /// false: a single all-reduce of all gradients after backward (no overlap), for comparison.
   bool overlap = true;
+  /// Each parameter's .grad is a view into its bucket (c10d's gradient_as_bucket_view): the
+  /// averaged gradient is not copied back after the all-reduce, and with zero_grad(false) backward
+  /// accumulates straight into the bucket (no copy in either direction). false: .grad is a
+  /// separate tensor, written back from the bucket after every synchronised backward.
+  bool gradient_as_bucket_view = true;
 };
 
 class DistributedDataParallel : public nn::Module {

@@ -77,6 +77,20 @@ std::vector<std::vector<std::string>> Reducer::bucket_names() const {
   return out;
 }
 
+Tensor Reducer::bucket_view(size_t i) const {
+  auto [bi, slot] = where_[i];
+  const Bucket& b = buckets_[bi];
+  return b.flat.narrow(0, b.offsets[slot], params_[i].numel()).view(params_[i].sizes());
+}
+
+namespace {
+/// True when `grad` is exactly the bucket slot `view` (same memory, same shape and strides).
+bool is_view_of_slot(const Tensor& grad, const Tensor& view) {
+  return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides();
+}
+}  // namespace
+
 void Reducer::prepare_for_backward() {
   for (Bucket& b : buckets_) {
     KILN_CHECK(b.work == nullptr, "DistributedDataParallel: the previous backward did not finish its reduction");
@@ -101,10 +115,16 @@ void Reducer::mark_ready(size_t i) {
   KILN_ASSERT(i < params_.size(), "Reducer: parameter index {} of {}", i, params_.size());
   KILN_CHECK(!ready_[i], "DistributedDataParallel: parameter '{}' got its gradient twice in one backward", names_[i]);
   ready_[i] = true;
-  auto [bi, slot] = where_[i];
-  Bucket& b = buckets_[bi];
+  Bucket& b = buckets_[where_[i].first];
   Tensor g = params_[i].grad();
-  b.flat.narrow(0, b.offsets[slot], params_[i].numel()).copy_(g.reshape({-1}));
+  Tensor slot = bucket_view(i);
+  // With bucket views the gradient is usually accumulated in the bucket already; it is copied in
+  // only when .grad was reset (zero_grad(set_to_none)) or replaced, and then becomes the view.
+  if (!options_.gradient_as_bucket_view || !is_view_of_slot(g, slot)) {
+    NoGradGuard no_grad;
+    slot.copy_(g);
+    if (options_.gradient_as_bucket_view) params_[i].set_grad(slot);
+  }
   if (--b.pending == 0 && options_.overlap) {
     size_t before = next_launch_;
     launch_ready_buckets();
@@ -153,14 +173,15 @@ void Reducer::finalize() {
   stats_.exposed_seconds = seconds(Work::Clock::now() - walk_done);
 
   NoGradGuard no_grad;
-  for (Bucket& b : buckets_) {
-    for (size_t s = 0; s < b.params.size(); ++s) {
-      Tensor& p = params_[b.params[s]];
-      Tensor avg = b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
-      if (p.grad().defined())
-        p.grad().copy_(avg);
-      else
-        p.set_grad(avg.clone());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor avg = bucket_view(i);
+    if (options_.gradient_as_bucket_view) {
+      if (!is_view_of_slot(p.grad(), avg)) p.set_grad(avg);  // an unused parameter's zeros
+    } else if (p.grad().defined()) {
+      p.grad().copy_(avg);
+    } else {
+      p.set_grad(avg.clone());
     }
   }
 }

@@ -5,7 +5,8 @@
 // bucket before it has been launched, its all-reduce starts on the process group's thread while
 // backward goes on. Launching strictly in bucket order keeps every rank's collectives in the
 // same order whatever order its hooks fire in. At the end of backward (an engine callback) the
-// reducer waits for the reductions and writes the averaged gradients back into `.grad`.
+// reducer waits for the reductions and writes the averaged gradients back into `.grad` (or, with
+// gradient_as_bucket_view, leaves each `.grad` a view of its bucket, so nothing is copied back).
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,8 @@ struct ReducerOptions {
   /// false: one all-reduce over every gradient after backward ends (the baseline overlap is
   /// measured against).
   bool overlap = true;
+  /// Gradients live in the buckets: see DDPOptions::gradient_as_bucket_view.
+  bool gradient_as_bucket_view = true;
 };
 
 /// Timings of the last synchronised backward pass.
@@ -78,6 +81,8 @@ class Reducer final : public GradientReducer, public std::enable_shared_from_thi
     WorkPtr work;
   };
   void build_buckets(const ReducerOptions& options);
+  /// Parameter i's slot of its bucket, shaped like the parameter.
+  Tensor bucket_view(size_t i) const;
   void mark_ready(size_t param);
   void launch_ready_buckets();
   void finalize();

@@ -21,7 +21,8 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 /// the CPU has no published peak Kiln could look up, so MFU on CPU is against this.
 double measured_cpu_gemm_flops() {
   NoGradGuard g;
-  Tensor a = randn({1024, 1024}), b = randn({1024, 1024});
+  Generator own(1);  // not the run's generator: a resumed run must continue its random stream exactly
+  Tensor a = randn({1024, 1024}, {}, &own), b = randn({1024, 1024}, {}, &own);
   matmul(a, b);  // warm-up
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {

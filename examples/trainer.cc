@@ -67,216 +67,275 @@ std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data
 
 }  // namespace
 
-TrainResult train(const TrainConfig& config, std::ostream& log) {
-  TrainConfig c = config;
-  KILN_CHECK(c.zero == 0 || c.pipeline_stages == 1, "--zero 1 is for data parallel alone, not with --pipeline-stages {}",
-             c.pipeline_stages);
-  if (c.pipeline_stages > 1) return train_pipeline(config, log);
+namespace {
+
+/// The main job in one process or data parallel, in the parts PyTorch's C++ MNIST example has:
+/// set-up (the constructor, in the order below), one epoch of training, the end of an epoch
+/// (reduced loss, evaluation, checkpoint), and the checkpoint itself.
+class Run {
+ public:
+  Run(const TrainConfig& config, std::ostream& log);
+  TrainResult train();
+
+ private:
+  void build_model();         // model, mixed precision and (without ZeRO) the optimizer
+  void join_process_group();  // --ddp: ranks of the launcher, srun or mpirun; traced, clock aligned
+  void resume();              // --resume / --auto-resume (under ZeRO: in wrap_data_parallel)
+  void wrap_data_parallel();  // DDP, and ZeRO-1's sharded optimizer over it
+  void make_loader();         // sampler, loader, schedule, monitor, step checkpoints
+  /// Trains epoch `epoch` from batch `first_batch`; false when the run stops inside it.
+  bool train_epoch(int64_t epoch, int64_t first_batch);
+  void finish_epoch(int64_t epoch, const EpochProgress& progress);
+  /// Everything a resumed step needs is in `state_` (position, generator, scaler) or a closed
+  /// form of the step (the schedule), so a checkpoint may be taken after any step.
+  void save(int64_t epoch, int64_t batch);
+  std::ostream& out() { return rank_ == 0 ? log_ : quiet_; }  // only rank 0 speaks
+
+  TrainConfig c_;
+  std::ostream& log_;
+  std::ostream quiet_{nullptr};
+  Datasets sets_;
+  std::shared_ptr<nn::Sequential> model_;
+  MixedPrecision mp_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::shared_ptr<dist::ProcessGroup> pg_;
+  int rank_ = 0, world_ = 1;
+  nn::TrainingState state_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  dist::ZeroRedundancyOptimizer* zero_ = nullptr;  // opt_, when --zero 1
+  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<optim::CosineAnnealingLR> cosine_;
+  std::unique_ptr<RunMonitor> monitor_;
+  std::unique_ptr<StepCheckpoints> checkpoints_;
+  TrainResult r_;
+  double train_seconds_ = 0;
+  int64_t samples_ = 0, run_steps_ = 0;
+};
+
+Run::Run(const TrainConfig& config, std::ostream& log)
+    : c_(config), log_(log), mp_(config.amp, config.amp_mode) {
   profiler::track_memory();  // first: the peak counts every tensor of the run
-  if (c.ddp) c.device = rank_device(c, "--ddp");
-  if (c.threads > 0) set_num_threads(c.threads);
-  Datasets sets = load_datasets(c);
-  std::shared_ptr<data::Dataset> train_set = sets.train;
-  auto test_set = sets.test;
+  if (c_.ddp) c_.device = rank_device(c_, "--ddp");
+  if (c_.threads > 0) set_num_threads(c_.threads);
+  sets_ = load_datasets(c_);
+  build_model();
+  join_process_group();
+  resume();
+  wrap_data_parallel();
+  make_loader();
+}
 
-  manual_seed(static_cast<uint64_t>(c.seed));
-  auto model = make_model(c.model, c.dropout);
-  model->to(c.device);
-  MixedPrecision mp(c.amp, c.amp_mode);
-  mp.prepare_model(*model);
-  KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
-  KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
-  // Under ZeRO the optimizer wraps the shards DDP's reducer makes: it is built after DDP below.
-  std::unique_ptr<optim::Optimizer> opt;
-  if (c.zero == 0) {
-    opt = make_optimizer(c, model->parameters());
-    mp.prepare_optimizer(*opt);
+void Run::build_model() {
+  manual_seed(static_cast<uint64_t>(c_.seed));
+  model_ = make_model(c_.model, c_.dropout);
+  model_->to(c_.device);
+  mp_.prepare_model(*model_);
+  KILN_CHECK(c_.zero == 0 || c_.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c_.zero);
+  KILN_CHECK(c_.zero == 0 || c_.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
+  // Under ZeRO the optimizer wraps the shards DDP's reducer makes: it is built after DDP.
+  if (c_.zero == 0) {
+    opt_ = make_optimizer(c_, model_->parameters());
+    mp_.prepare_optimizer(*opt_);
   }
+}
 
-  // Data parallel: join the job; only rank 0 speaks.
-  std::shared_ptr<dist::ProcessGroup> pg;
-  if (c.ddp) dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
-  KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
+void Run::join_process_group() {
+  if (!c_.ddp) return;
+  dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
+  KILN_CHECK(std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
-  if (c.ddp) {
-    // Traced: the flight recorder keeps the last collectives (dumped on failure or SIGUSR1) and a
-    // profiled run draws them on each rank's communication track, on a clock aligned here.
-    pg = dist::trace_process_group(dist::init_process_group(
-        {.backend = c.device.is_cuda() ? "nccl" : "gloo",
-         .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))}));
-    dist::align_profiler_clock(*pg);
-  }
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  std::ostream quiet(nullptr);
-  std::ostream& out = rank == 0 ? log : quiet;
+  // Traced: the flight recorder keeps the last collectives (dumped on failure or SIGUSR1) and a
+  // profiled run draws them on each rank's communication track, on a clock aligned here.
+  pg_ = dist::trace_process_group(dist::init_process_group(
+      {.backend = c_.device.is_cuda() ? "nccl" : "gloo",
+       .timeout = std::chrono::milliseconds(static_cast<int64_t>(c_.timeout_s * 1000))}));
+  dist::align_profiler_clock(*pg_);
+  rank_ = pg_->rank();
+  world_ = pg_->size();
+}
 
-  nn::TrainingState state;
-  if (c.auto_resume && c.resume.empty() && std::filesystem::exists(c.save)) c.resume = c.save;
-  if (!c.resume.empty() && c.zero == 0) {
-    state = pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get())
-               : nn::load_checkpoint(c.resume, *model, opt.get());
-    mp.load(state);
-    out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
-                       state.step);
-  }
-  // After loading, so every rank starts from rank 0's (identical) checkpoint.
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
-  if (pg) {
-    ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
-    // Every rank must make the same skip-or-step decision. Under plain DDP it does without an
-    // extra all-reduce of the scaler's flag: backward leaves identical averaged gradients on every
-    // rank, so an inf anywhere is an inf everywhere (ddp_test checks it). Pipeline and hybrid runs,
-    // whose stages hold different gradients, share the flag (pipeline_trainer.cc).
-    out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world,
-                       pg->backend(), ddp->bucket_names().size(), c.batch_size);
-    dist::ProcessGroup* backend = pg.get();  // the group under the flight recorder's wrapper
-    if (auto* traced = dynamic_cast<dist::TracedProcessGroup*>(backend)) backend = &traced->inner();
-    if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(backend)) out << "all-reduce: " << gloo->allreduce_path() << "\n";
-  }
-  dist::ZeroRedundancyOptimizer* zero = nullptr;
-  if (c.zero == 1) {
-    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        *ddp, [&](std::vector<optim::ParamGroup> groups) { return make_optimizer(c, std::move(groups)); });
-    mp.prepare_optimizer(z->inner());        // o2 master weights: f32 copies of this rank's shards only
-    dist::share_found_inf(mp.scaler(), pg);  // each rank checks only its shard's gradients
-    if (!c.resume.empty()) {
-      state = dist::load_zero_checkpoint(c.resume, *model, *z);
-      mp.load(state);
-      out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
-                         state.step);
-    }
-    out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
-                       z->reducer().buckets().size(), world);
-    zero = z.get();
-    opt = std::move(z);
-  }
-  // What the loop runs: the model, or the same model under data parallel (same names, same state).
-  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+void Run::resume() {
+  if (c_.auto_resume && c_.resume.empty() && std::filesystem::exists(c_.save)) c_.resume = c_.save;
+  if (c_.resume.empty() || c_.zero != 0) return;
+  state_ = pg_ ? dist::load_checkpoint(*pg_, c_.resume, *model_, opt_.get())
+               : nn::load_checkpoint(c_.resume, *model_, opt_.get());
+  mp_.load(state_);
+  out() << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c_.resume, state_.epoch, state_.batch,
+                       state_.step);
+}
 
-  data::DataLoaderOptions lo{.batch_size = c.batch_size, .shuffle = !pg, .drop_last = false,
-                             .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)};
-  if (pg)
-    lo.sampler = std::make_shared<data::DistributedSampler>(train_set->size(), rank, world, /*shuffle=*/true,
-                                                            static_cast<uint64_t>(c.seed));
-  data::DataLoader loader(train_set, lo);
+void Run::wrap_data_parallel() {
+  if (!pg_) return;
+  // After loading, so every rank starts from rank 0's (identical) checkpoint. Every rank must
+  // make the same skip-or-step decision: under plain DDP it does without an all-reduce of the
+  // scaler's flag (identical averaged gradients make an inf anywhere an inf everywhere; ddp_test
+  // checks it); ZeRO, whose ranks check different shards, shares it.
+  ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, pg_);
+  out() << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world_,
+                       pg_->backend(), ddp_->bucket_names().size(), c_.batch_size);
+  dist::ProcessGroup* backend = pg_.get();  // the group under the flight recorder's wrapper
+  if (auto* traced = dynamic_cast<dist::TracedProcessGroup*>(backend)) backend = &traced->inner();
+  if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(backend)) out() << "all-reduce: " << gloo->allreduce_path() << "\n";
+  if (c_.zero != 1) return;
+  auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
+      *ddp_, [&](std::vector<optim::ParamGroup> groups) { return make_optimizer(c_, std::move(groups)); });
+  mp_.prepare_optimizer(z->inner());         // o2 master weights: f32 copies of this rank's shards only
+  dist::share_found_inf(mp_.scaler(), pg_);  // each rank checks only its shard's gradients
+  if (!c_.resume.empty()) {
+    state_ = dist::load_zero_checkpoint(c_.resume, *model_, *z);
+    mp_.load(state_);
+    out() << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c_.resume, state_.epoch, state_.batch,
+                         state_.step);
+  }
+  out() << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
+                       z->reducer().buckets().size(), world_);
+  zero_ = z.get();
+  opt_ = std::move(z);
+}
+
+void Run::make_loader() {
+  data::DataLoaderOptions lo{.batch_size = c_.batch_size, .shuffle = !pg_, .drop_last = false,
+                             .num_workers = c_.workers, .seed = static_cast<uint64_t>(c_.seed)};
+  if (pg_)
+    lo.sampler = std::make_shared<data::DistributedSampler>(sets_.train->size(), rank_, world_, /*shuffle=*/true,
+                                                            static_cast<uint64_t>(c_.seed));
+  loader_ = std::make_unique<data::DataLoader>(sets_.train, lo);
   // The schedule is a closed form of the global step, so a resumed run continues it exactly.
-  const int64_t total_steps = c.epochs * loader.size();
-  optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
+  cosine_ = std::make_unique<optim::CosineAnnealingLR>(*opt_, std::max<int64_t>(c_.epochs * loader_->size(), 1));
   // FLOPs of one sample's forward, counted by the profiler's kernel hooks.
   const double flops = forward_flops([&] {
-    amp::AutocastGuard autocast = mp.autocast();
-    model->forward(train_set->get_batch({0}).data.to(c.device));
+    amp::AutocastGuard autocast = mp_.autocast();
+    model_->forward(sets_.train->get_batch({0}).data.to(c_.device));
   });
-  RunMonitor monitor(monitor_config(c), rank, flops, c.device.is_cuda(), out);
-  profiler::reset_peak(c.device.type);
-  TrainResult r;
-  const auto start = Clock::now();
-  double train_seconds = 0;
-  int64_t samples = 0, run_steps = 0;
-  StepCheckpoints checkpoints(c, pg.get());
-  // Everything a resumed step needs is in `state` (position, generator, scaler) or a closed form
-  // of the step (the schedule), so a checkpoint may be taken after any step.
-  auto save = [&](int64_t epoch, int64_t batch) {
-    const auto t0 = Clock::now();
-    state.epoch = epoch;
-    state.batch = batch;
-    state.rng = default_generator().state();
-    mp.save(state);
-    if (zero)
-      dist::save_zero_checkpoint(c.save, *model, *zero, state,
-                                 c.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
-                                                                : dist::ZeroCheckpointKind::kConsolidated);
-    else if (pg)
-      dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);  // rank 0 writes, the others wait
-    else
-      nn::save_checkpoint(c.save, *model, opt.get(), state);
-    ++r.checkpoints;
-    r.checkpoint_seconds += seconds_since(t0);
-  };
-  const int64_t first_epoch = state.epoch, first_batch = state.batch;
-  const int64_t last_epoch =
-      c.stop_after_epochs > 0 ? std::min(c.epochs, first_epoch + c.stop_after_epochs) : c.epochs;
-  for (int64_t epoch = first_epoch; epoch < last_epoch && !r.preempted; ++epoch) {
-    loader.set_epoch(epoch);
-    int64_t batch_no = epoch == first_epoch ? first_batch : 0;
-    loader.set_start_batch(batch_no);
-    EpochProgress progress(epoch, loader.size(), c.log_every, out);
-    bool stop = false;
-    monitor.step_begin();
-    for (data::Example& batch : loader) {
-      monitor.data_ready();
-      Tensor x = batch.data.to(c.device), y = batch.target.to(c.device);
-      Tensor loss;
-      {
-        profiler::RecordFunction range("forward");
-        amp::AutocastGuard autocast = mp.autocast();
-        loss = nn::functional::cross_entropy(net(x), y);
-      }
-      monitor.mark(Phase::kForward);
-      {
-        profiler::RecordFunction range("backward");
-        opt->zero_grad();
-        mp.backward(loss);
-      }
-      monitor.mark(Phase::kBackward);
-      if (ddp) monitor.comm(ddp->stats().comm_seconds, ddp->stats().exposed_seconds);
-      const double gnorm = monitor.logs_this_step() ? grad_norm(model->parameters()) : -1;
-      const double lr = c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr;
-      {
-        profiler::RecordFunction range("optimizer");
-        opt->set_lr(lr);
-        mp.step(*opt);
-      }
-      monitor.mark(Phase::kOptimizer);
-      double l = loss.item<double>();
-      r.step_losses.push_back(l);
-      ++state.step;
-      ++run_steps;
-      ++batch_no;
-      progress.step(y.size(0) * world, l);
-      monitor.step_end(y.size(0) * world, l, lr, gnorm, mp.scaler().scale());
-      const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
-      if (act.save) save(epoch, batch_no);
-      if (act.save && act.stop)
-        out << fmt::format("saved {} at epoch {} batch {} (step {})\n", c.save, epoch, batch_no, state.step);
-      if ((stop = act.stop)) break;
+  monitor_ = std::make_unique<RunMonitor>(monitor_config(c_), rank_, flops, c_.device.is_cuda(), out());
+  profiler::reset_peak(c_.device.type);
+  checkpoints_ = std::make_unique<StepCheckpoints>(c_, pg_.get());
+}
+
+bool Run::train_epoch(int64_t epoch, int64_t first_batch) {
+  // What the loop runs: the model, or the same model under data parallel (same names, same state).
+  nn::Module& net = ddp_ ? static_cast<nn::Module&>(*ddp_) : *model_;
+  RunMonitor& monitor = *monitor_;
+  loader_->set_epoch(epoch);
+  loader_->set_start_batch(first_batch);
+  int64_t batch_no = first_batch;
+  EpochProgress progress(epoch, loader_->size(), c_.log_every, out());
+  bool stop = false;
+  monitor.step_begin();
+  for (data::Example& batch : *loader_) {
+    monitor.data_ready();
+    Tensor x = batch.data.to(c_.device), y = batch.target.to(c_.device);
+    Tensor loss;
+    {
+      profiler::RecordFunction range("forward");
+      amp::AutocastGuard autocast = mp_.autocast();
+      loss = nn::functional::cross_entropy(net(x), y);
     }
-    train_seconds += progress.finish();
-    samples += progress.samples();
-    if (stop) {
-      r.preempted = checkpoints.preempted();
-      out << (r.preempted ? "preempted: stopped after step " : "stopped after step ") << state.step << "\n";
-      break;
+    monitor.mark(Phase::kForward);
+    {
+      profiler::RecordFunction range("backward");
+      opt_->zero_grad();
+      mp_.backward(loss);
     }
-    double epoch_loss = progress.mean_loss();
-    if (pg) {
-      Tensor l = tensor({epoch_loss}, dtype(kFloat64));
-      pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
-      epoch_loss = l.item<double>();
+    monitor.mark(Phase::kBackward);
+    if (ddp_) monitor.comm(ddp_->stats().comm_seconds, ddp_->stats().exposed_seconds);
+    const double gnorm = monitor.logs_this_step() ? grad_norm(model_->parameters()) : -1;
+    const double lr = c_.schedule == "cosine" ? cosine_->lr_at(state_.step, c_.lr) : c_.lr;
+    {
+      profiler::RecordFunction range("optimizer");
+      opt_->set_lr(lr);
+      mp_.step(*opt_);
     }
-    r.epoch_train_loss.push_back(epoch_loss);
-    // Evaluated as it trains: under autocast (an o2 model also needs its f32 inputs cast down).
-    auto [test_loss, test_acc] = [&] {
-      amp::AutocastGuard autocast = mp.autocast();
-      return evaluate(*model, test_set, c.device, pg.get());
-    }();
-    r.test_loss = test_loss;
-    r.test_accuracy = test_acc;
-    monitor.test_metrics(test_loss, test_acc, state.step);
-    ++r.epochs_done;
-    progress.done(r.epoch_train_loss.back(), test_loss, test_acc);
-    if (!c.save.empty()) save(epoch + 1, 0);
+    monitor.mark(Phase::kOptimizer);
+    double l = loss.item<double>();
+    r_.step_losses.push_back(l);
+    ++state_.step;
+    ++run_steps_;
+    ++batch_no;
+    progress.step(y.size(0) * world_, l);
+    monitor.step_end(y.size(0) * world_, l, lr, gnorm, mp_.scaler().scale());
+    const StepCheckpoints::Action act = checkpoints_->after_step(state_.step, run_steps_);
+    if (act.save) save(epoch, batch_no);
+    if (act.save && act.stop)
+      out() << fmt::format("saved {} at epoch {} batch {} (step {})\n", c_.save, epoch, batch_no, state_.step);
+    if ((stop = act.stop)) break;
   }
-  r.steps = state.step;
-  r.wall_seconds = seconds_since(start);
-  r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
-  r.skipped_steps = mp.skipped_steps();
-  r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
-  r.mfu = monitor.mfu();
-  r.rank = rank;
-  r.world_size = world;
-  return r;
+  train_seconds_ += progress.finish();
+  samples_ += progress.samples();
+  if (stop) {
+    r_.preempted = checkpoints_->preempted();
+    out() << (r_.preempted ? "preempted: stopped after step " : "stopped after step ") << state_.step << "\n";
+    return false;
+  }
+  finish_epoch(epoch, progress);
+  return true;
+}
+
+void Run::finish_epoch(int64_t epoch, const EpochProgress& progress) {
+  double epoch_loss = progress.mean_loss();
+  if (pg_) {
+    Tensor l = tensor({epoch_loss}, dtype(kFloat64));
+    pg_->allreduce(l, dist::ReduceOp::kAvg)->wait();
+    epoch_loss = l.item<double>();
+  }
+  r_.epoch_train_loss.push_back(epoch_loss);
+  // Evaluated as it trains: under autocast (an o2 model also needs its f32 inputs cast down).
+  auto [test_loss, test_acc] = [&] {
+    amp::AutocastGuard autocast = mp_.autocast();
+    return evaluate(*model_, sets_.test, c_.device, pg_.get());
+  }();
+  r_.test_loss = test_loss;
+  r_.test_accuracy = test_acc;
+  monitor_->test_metrics(test_loss, test_acc, state_.step);
+  ++r_.epochs_done;
+  progress.done(r_.epoch_train_loss.back(), test_loss, test_acc);
+  if (!c_.save.empty()) save(epoch + 1, 0);
+}
+
+void Run::save(int64_t epoch, int64_t batch) {
+  const auto t0 = Clock::now();
+  state_.epoch = epoch;
+  state_.batch = batch;
+  state_.rng = default_generator().state();
+  mp_.save(state_);
+  if (zero_)
+    dist::save_zero_checkpoint(c_.save, *model_, *zero_, state_,
+                               c_.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
+                                                               : dist::ZeroCheckpointKind::kConsolidated);
+  else if (pg_)
+    dist::save_checkpoint(*pg_, c_.save, *model_, opt_.get(), state_);  // rank 0 writes, the others wait
+  else
+    nn::save_checkpoint(c_.save, *model_, opt_.get(), state_);
+  ++r_.checkpoints;
+  r_.checkpoint_seconds += seconds_since(t0);
+}
+
+TrainResult Run::train() {
+  const auto start = Clock::now();
+  const int64_t first_epoch = state_.epoch;
+  const int64_t last_epoch =
+      c_.stop_after_epochs > 0 ? std::min(c_.epochs, first_epoch + c_.stop_after_epochs) : c_.epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch)
+    if (!train_epoch(epoch, epoch == first_epoch ? state_.batch : 0)) break;
+  r_.steps = state_.step;
+  r_.wall_seconds = seconds_since(start);
+  r_.samples_per_sec = train_seconds_ > 0 ? static_cast<double>(samples_) / train_seconds_ : 0;
+  r_.skipped_steps = mp_.skipped_steps();
+  r_.peak_memory_bytes = profiler::memory_counters(c_.device.type).peak;
+  r_.mfu = monitor_->mfu();
+  r_.rank = rank_;
+  r_.world_size = world_;
+  return r_;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  KILN_CHECK(config.zero == 0 || config.pipeline_stages == 1,
+             "--zero 1 is for data parallel alone, not with --pipeline-stages {}", config.pipeline_stages);
+  if (config.pipeline_stages > 1) return train_pipeline(config, log);
+  return Run(config, log).train();
 }
 
 MonitorConfig monitor_config(const TrainConfig& c) {

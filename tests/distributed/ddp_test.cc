@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "autograd/autograd.h"
 #include "core/generator.h"
@@ -134,6 +136,72 @@ TEST_CASE("DDP without overlap (one all-reduce after backward) gives the same re
     for (size_t i = 0; i < pa.size(); ++i)
       expect((pa[i].grad() - pb[i].grad()).abs().max().item<float>() == 0, "gradient {} differs", i);
   }, 120, "ddp_no_overlap"));
+}
+
+TEST_CASE("gradient_as_bucket_view: each .grad is its bucket's memory, and training equals the copying reducer") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(5);
+    auto a = make_model();
+    manual_seed(5);
+    auto b = make_model();
+    dist::DDPOptions views;
+    views.first_bucket_mb = 0.0005;
+    views.bucket_cap_mb = 0.002;
+    dist::DDPOptions copies = views;
+    copies.gradient_as_bucket_view = false;
+    dist::DistributedDataParallel da(a, pg, views), db(b, pg, copies);
+    optim::SGD oa(a->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    optim::SGD ob(b->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+    auto loss = [&](dist::DistributedDataParallel& m, const Batch& batch) {
+      return F::cross_entropy(m(shard(batch.x, rank, world)), shard(batch.y, rank, world));
+    };
+    std::map<std::string, Tensor> pa;
+    for (auto& [name, p] : a->named_parameters()) pa[name] = p;
+    for (int step = 0; step < 4; ++step) {
+      const bool to_none = step % 2 == 0;  // zero_grad both ways: reset to none, and zeroed in place
+      oa.zero_grad(to_none);
+      ob.zero_grad(to_none);
+      std::vector<const void*> before;
+      for (auto& [name, p] : pa) before.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
+      Batch first = global_batch(2 * step, 4 * world), second = global_batch(2 * step + 1, 4 * world);
+      {
+        auto ga = da.no_sync();
+        auto gb = db.no_sync();
+        loss(da, first).backward();
+        loss(db, first).backward();
+      }
+      loss(da, second).backward();
+      loss(db, second).backward();
+      // Grads of one bucket share one storage, other buckets' differ; zeroed in place, backward
+      // accumulated into the bucket itself (the same memory as before the step).
+      std::set<const void*> storages;
+      for (const auto& bucket : da.bucket_names()) {
+        const void* s = pa.at(bucket.front()).grad().storage().get();
+        expect(storages.insert(s).second, "two buckets share gradient storage");
+        for (const std::string& name : bucket)
+          expect(pa.at(name).grad().storage().get() == s, "the .grad of '{}' is not in its bucket", name);
+      }
+      size_t k = 0;
+      for (auto& [name, p] : pa) {
+        if (!to_none && step > 0)
+          expect(p.grad().data_ptr() == before[k], "step {}: the .grad of '{}' moved", step, name);
+        ++k;
+      }
+      oa.step();
+      ob.step();
+      auto na = a->named_parameters(), nb = b->named_parameters();
+      for (size_t i = 0; i < na.size(); ++i) {
+        expect((na[i].second.grad() - nb[i].second.grad()).abs().max().item<float>() == 0,
+               "step {}: gradient of '{}' differs between bucket views and copies", step, na[i].first);
+        expect((na[i].second - nb[i].second).abs().max().item<float>() == 0, "step {}: '{}' differs", step,
+               na[i].first);
+      }
+    }
+    auto nb = b->named_parameters();
+    expect(nb[0].second.grad().storage() != nb[1].second.grad().storage(),
+           "with copies, gradients must be separate tensors");
+  }, 120, "ddp_bucket_view"));
 }
 
 TEST_CASE("DDP refuses models that differ across ranks, naming the first difference on every rank") {

@@ -67,9 +67,12 @@ TEST_CASE("a stage whose forward fails stops the later stages, naming it") {
     INFO(r.stderr_text);
     CHECK(r.exit_code == 1);
   }
-  CHECK(has(results[0].stderr_text, "Pipeline::forward: stage 0 (rank 0) failed on [4, 7] f32"));
-  CHECK(has(results[1].stderr_text, "Pipeline::forward: stage 1 (rank 1) stops because stage 0 failed"));
-  CHECK(has(results[2].stderr_text, "Pipeline::forward: stage 2 (rank 2) stops because stage 1 failed"));
+  CHECK_MESSAGE(has(results[0].stderr_text, "Pipeline::forward: stage 0 (rank 0) failed on [4, 7] f32"),
+                results[0].stderr_text);
+  CHECK_MESSAGE(has(results[1].stderr_text, "Pipeline::forward: stage 1 (rank 1) stops because stage 0 failed"),
+                results[1].stderr_text);
+  CHECK_MESSAGE(has(results[2].stderr_text, "Pipeline::forward: stage 2 (rank 2) stops because stage 1 failed"),
+                results[2].stderr_text);
 }
 
 }  // namespace
