@@ -37,13 +37,13 @@ struct Mode {
   double step = 0, comm = 0, exposed = 0;
 };
 
-void run(int steps, int blocks) {
+void run(int steps, int blocks, bool bucket_view) {
   auto pg = dist::init_process_group();
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (pg->rank() == 0) {
     fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
-               "of {} steps\n",
-               pg->size(), blocks, steps);
+               "of {} steps; gradient_as_bucket_view {}\n",
+               pg->size(), blocks, steps, bucket_view ? "on" : "off");
     fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8}\n", "model", "grad MB", "overlap ms",
                "after-bwd ms", "speedup", "comm ms", "exposed", "hidden");
   }
@@ -51,9 +51,11 @@ void run(int steps, int blocks) {
     manual_seed(0);
     // wide_mlp: 784-2048x3-10, whose 38 MB of gradients make communication matter.
     auto model = name == "wide_mlp" ? examples::make_wide_mlp(2048) : examples::make_model(name);
-    dist::DDPOptions after;
+    dist::DDPOptions overlap;
+    overlap.gradient_as_bucket_view = bucket_view;
+    dist::DDPOptions after = overlap;
     after.overlap = false;
-    dist::DistributedDataParallel overlapped(model, pg), one_shot(model, pg, after);
+    dist::DistributedDataParallel overlapped(model, pg, overlap), one_shot(model, pg, after);
     optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
     Tensor x = randn({128, 1, 28, 28});
     Tensor y = randint(0, 10, {128});
@@ -99,23 +101,30 @@ void run(int steps, int blocks) {
   }
   if (pg->rank() == 0)
     fmt::print("{}\n",
-               nlohmann::ordered_json{{"benchmark", "ddp"}, {"ranks", pg->size()}, {"results", results}}.dump());
+               nlohmann::ordered_json{{"benchmark", "ddp"},
+                                      {"ranks", pg->size()},
+                                      {"gradient_as_bucket_view", bucket_view},
+                                      {"results", results}}
+                   .dump());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int nproc = 2, steps = 20, blocks = 5;
+  bool bucket_view = true;
   cli::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
   app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
   app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
   app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")->check(cli::range(1, 10000));
+  app.add_option("--gradient-as-bucket-view", bucket_view,
+                 "1: each .grad a view of its bucket (no copy back; the default); 0: copied in and out");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (dist::launched_with_world()) {
-    run(steps, blocks);
+    run(steps, blocks, bucket_view);
     return 0;
   }
-  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(steps, blocks); }, {.timeout_s = 1200});
+  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(steps, blocks, bucket_view); }, {.timeout_s = 1200});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "ddp_bench: rank %zu failed\n", r);

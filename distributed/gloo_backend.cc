@@ -112,18 +112,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   context_ = context;
   arrivals_ = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress", store_), rank, size,
                                            std::min<Millis>(options.timeout, std::chrono::seconds(30)));
-  // Every rank's side of every connection is up before anyone returns (a rank that returned and
-  // exited at once would otherwise cut a peer still finishing its handshake). Not a numbered
-  // collective: user collectives count from #1.
-  try {
-    gloo::BarrierOptions o(context_);
-    o.setTag(0);
-    o.setTimeout(options.timeout);
-    gloo::barrier(o);
-  } catch (const std::exception& e) {
-    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} connected, but not every peer finished "
-                                      "connecting: {}", rank, size, e.what()));
-  }
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
   if (!shm_) {
     try {
@@ -132,6 +120,19 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
       rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} could not set up the hierarchical "
                                         "all-reduce: {}", rank, size, e.what()));
     }
+  }
+  // Every rank's side of every connection is up, and every rank is done with the store's set-up
+  // keys (shared memory, node leaders), before anyone returns: a rank that returned and exited at
+  // once would otherwise cut a peer still finishing its handshake, or stop the store (rank 0)
+  // under a peer still polling it. Not a numbered collective: user collectives count from #1.
+  try {
+    gloo::BarrierOptions o(context_);
+    o.setTag(0);
+    o.setTimeout(options.timeout);
+    gloo::barrier(o);
+  } catch (const std::exception& e) {
+    rethrow_classified(e, fmt::format("ProcessGroupGloo: rank {} of {} connected, but not every peer finished "
+                                      "connecting: {}", rank, size, e.what()));
   }
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
