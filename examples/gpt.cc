@@ -29,6 +29,8 @@ struct Flags {
     vocab_opt = app.add_option("--vocab-size", vocab, "vocabulary (>= 256: token ids are bytes)")
                     ->check(cli::range<int64_t>(256, 1 << 20));
     app.add_option("--dropout", c.gpt.dropout, "dropout")->check(cli::range(0.0, 0.99));
+    app.add_flag("--activation-checkpointing", c.gpt.checkpoint_activations,
+                 "recompute each block's activations in backward (less memory, about 1/3 more compute)");
     app.add_option("--data", c.data, "text file or directory of text files (default: Debian's fortunes)");
     app.add_option("--init-from-hf", c.init_from_hf, "start from a Hugging Face GPT-2 save_pretrained directory");
     app.add_option("--save-hf", c.save_hf, "at the end, write the model in Hugging Face's layout to this directory");
@@ -73,9 +75,11 @@ struct Flags {
 
   /// The shape from --model, then the explicit shape flags; an error message or "".
   std::string finish() {
-    double dropout = c.gpt.dropout;
+    const double dropout = c.gpt.dropout;
+    const bool checkpoint_activations = c.gpt.checkpoint_activations;
     c.gpt = examples::gpt::named_config(c.model, vocab);
     c.gpt.dropout = dropout;
+    c.gpt.checkpoint_activations = checkpoint_activations;
     if (n_layer->count()) c.gpt.n_layer = layers;
     if (n_head->count()) c.gpt.n_head = heads;
     if (n_embd->count()) c.gpt.n_embd = embd;

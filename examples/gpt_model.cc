@@ -100,7 +100,15 @@ Tensor GPT::forward(const Tensor& idx) {
   KILN_CHECK(t <= config.block_size, "GPT: sequence of {} tokens is longer than block_size {}", t, config.block_size);
   Tensor pos = arange(t, TensorOptions().dtype(kInt64).device(idx.device()));
   Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
-  x = ln_f->forward(h->forward(x));
+  if (config.checkpoint_activations) {
+    for (size_t i = 0; i < h->size(); ++i) {
+      nn::Module* block = (*h)[i].get();  // kept alive by the model until backward has run
+      x = nn::checkpoint([block](const Tensor& in) { return block->forward(in); }, x);
+    }
+  } else {
+    x = h->forward(x);
+  }
+  x = ln_f->forward(x);
   return F::linear(x, wte->weight);  // the tied LM head
 }
 

@@ -21,6 +21,9 @@ struct GPTConfig {
   int64_t n_embd = 768;
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
+  /// Recompute each block's activations during backward instead of keeping them (nn::checkpoint):
+  /// the same gradients for less memory and about one more forward of compute.
+  bool checkpoint_activations = false;
   /// Throws naming the field and value when the shape is impossible (n_embd % n_head != 0, ...).
   void check() const;
 };
