@@ -330,9 +330,11 @@ SafetensorsContents load_safetensors(const std::string& path) {
   if (expected != data_size)
     bad(fmt::format("{} trailing bytes after the last tensor's data", data_size - expected));
   // Files from other tools carry no checksums and load as they are; Kiln's cover every tensor.
-  for (const auto& [tensor, sum] : checksums)
+  for (const auto& named_sum : checksums) {
+    const std::string& tensor = named_sum.first;  // not a structured binding: clang 14 cannot capture those
     if (std::none_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == tensor; }))
       bad(fmt::format("__metadata__ holds a checksum for tensor {}, which the file does not contain", quote(tensor)));
+  }
   if (!checksums.empty())
     for (const Entry& e : entries)
       if (!checksums.count(e.name))
