@@ -36,4 +36,6 @@ def kiln_fuzz_test(name, srcs, deps):
         data = [":%s_fuzzer" % name] + native.glob(["corpus/%s/**" % name]),
         # Fuzzing takes KILN_FUZZ_SECONDS plus start-up; replay takes well under a second.
         size = "medium",
+        # .ci/run's sanitizer step selects these (and the `threads` tests) by tag.
+        tags = ["fuzz"],
     )
