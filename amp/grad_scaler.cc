@@ -31,6 +31,8 @@ void check_options(const GradScalerOptions& o, const char* who) {
 /// grad *= inv_scale, and found_inf = 1 if grad holds an inf/NaN: the device's fused kernel, or
 /// generic ops where the backend registered none (x * 0 is NaN exactly for inf and NaN).
 void unscale_one(Tensor& grad, Tensor& found_inf, double inv_scale) {
+  KILN_CHECK(is_floating(grad.dtype()), "GradScaler.unscale_: a gradient has dtype {} (floating types only)",
+             grad.dtype());
   if (kernels::non_finite_check_and_unscale.has(grad.device().type)) {
     kernels::non_finite_check_and_unscale[grad.device()](grad, found_inf, inv_scale);
     return;

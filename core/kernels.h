@@ -4,6 +4,11 @@
 // - inputs already have `out`'s shape where the op is elementwise (broadcast by zero strides)
 //   and the dtype the op computes in; any strides are allowed unless the comment says otherwise.
 // - all tensors are on the same device.
+// What these comments promise is checked once, by the op in core/ops (or the layer that calls the
+// slot: autograd, optim, amp), before the slot runs; kernels trust it and do not check again. A
+// backend checks only its own limits, naming them (CUDA: at most kern::kMaxDims non-mergeable
+// dims, attention head dims up to 128, cuDNN's batch-norm batch size, eps floor and 32-bit
+// indexing, cuBLAS's int sizes, no bool atomic adds).
 #pragma once
 
 #include "core/generator.h"

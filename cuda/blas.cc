@@ -57,13 +57,8 @@ int checked_int(int64_t v, const char* what) {
 }
 
 void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "bmm (cuda): operands must be 3-D, got {}, {} -> {}",
-             a.sizes(), b.sizes(), out.sizes());
-  KILN_CHECK(a.dtype() == b.dtype() && out.dtype() == a.dtype(), "bmm (cuda): dtypes {} @ {} -> {} differ",
-             a.dtype(), b.dtype(), out.dtype());
+  // The slot's contract (3-D, one dtype, matching shapes) is checked by core/ops/linalg.cc.
   const int64_t B = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  KILN_CHECK(b.size(0) == B && b.size(1) == K && out.size(0) == B && out.size(1) == M && out.size(2) == N,
-             "bmm (cuda): shapes {} @ {} -> {} do not match", a.sizes(), b.sizes(), out.sizes());
   if (out.numel() == 0) return;
   DeviceGuard g(out.device());
   if (K == 0) {

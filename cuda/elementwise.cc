@@ -40,6 +40,8 @@ ElementwiseArgs<N> make_args(const char* op, const std::array<const Tensor*, N>&
       sizes[nd - 1] *= sz;
       continue;
     }
+    // Backend limits (the kernels' offset calculator has kern::kMaxDims slots); everything else
+    // about the operands is the slot's contract, checked by core/ops.
     KILN_CHECK(nd < 64, "{} (cuda): too many dims", op);
     sizes[nd] = sz;
     for (int k = 0; k < N; ++k) strides[k][nd] = ts[k]->stride(d);
@@ -106,24 +108,15 @@ void where_kernel(Tensor& out, const Tensor& cond, const Tensor& a, const Tensor
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+// arange's `out` is contiguous and numeric, and non_finite_check_and_unscale's operands are as
+// kernels.h states: core/ops/creation.cc and amp/grad_scaler.cc (their callers) make sure.
 void arange_kernel(Tensor& out, double start, double step) {
-  KILN_CHECK(out.dtype() != kBool, "arange: dtype bool is not supported (numeric types only)");
-  KILN_CHECK(out.is_contiguous(), "arange (cuda): output must be contiguous");
   DeviceGuard g(out.device());
   kern::launch_arange(scalar_type(out.dtype()), out.data_ptr(), out.numel(), start, step, stream_of(out));
   KILN_CUDA_CHECK_LAUNCH();
 }
 
 void non_finite_check_and_unscale_kernel(Tensor& grad, Tensor& found_inf, double inv_scale) {
-  KILN_CHECK(grad.is_contiguous(), "non_finite_check_and_unscale: gradient of shape {} must be contiguous",
-             grad.sizes());
-  KILN_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
-             "non_finite_check_and_unscale: found_inf must be a one-element f32 tensor, got {} of shape {}",
-             found_inf.dtype(), found_inf.sizes());
-  KILN_CHECK(is_floating(grad.dtype()), "non_finite_check_and_unscale: dtype {} is not supported (floating types only)",
-             grad.dtype());
-  KILN_CHECK(found_inf.device() == grad.device(), "non_finite_check_and_unscale: found_inf is on {}, grad on {}",
-             found_inf.device(), grad.device());
   DeviceGuard g(grad.device());
   kern::launch_non_finite_check_and_unscale(scalar_type(grad.dtype()), grad.data_ptr(), grad.numel(),
                                             static_cast<float*>(found_inf.data_ptr()), inv_scale, stream_of(grad));

@@ -1,7 +1,10 @@
 // Host side of the CUDA reductions (sum, mean, max, min, prod over any dims; argmax/argmin) and softmax /
 // log_softmax (forward and backward, any dim): the reduced dims are moved last (a copy only
 // when that layout is not already contiguous), the .cu kernels work on [rows, R] rows, and the
-// result is copied into `out` when out is strided or of another dtype.
+// result is copied into `out` when out is strided or of another dtype. Operands are as
+// core/kernels.h states: core/ops/reduce.cc wraps and de-duplicates the dims, picks the dtypes,
+// refuses max/min (and argmax/argmin) over a zero-size dim and allocates `out`; softmax's backward
+// gets the forward's output and a gradient of its shape (autograd/functions/reduce.cc).
 #include <limits>
 #include <vector>
 
@@ -16,12 +19,6 @@ namespace kiln::cuda {
 namespace {
 
 using kern::ScalarType;
-
-int64_t wrap(int64_t d, int64_t nd, const char* op) {
-  const int64_t n = nd == 0 ? 1 : nd;
-  KILN_CHECK(d >= -n && d < n, "{}: dim {} out of range for a {}-d tensor", op, d, nd);
-  return d < 0 ? d + n : d;
-}
 
 /// `t` seen with the dims flagged in `moved` last (kept order otherwise): sizes and strides.
 void permuted(const Tensor& t, const std::vector<bool>& moved, Shape& sizes, Shape& strides) {
@@ -47,19 +44,14 @@ Tensor moved_last(const Tensor& t, const std::vector<bool>& moved, DType dt) {
 }
 
 void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList& dims) {
-  const char* name = kind_name(kind).data();
   if (out.numel() == 0) return;
-  KILN_CHECK(out.dtype() == x.dtype() || (is_integral(x.dtype(), true) && out.dtype() == kInt64),
-             "{}: cannot reduce {} into {}", name, x.dtype(), out.dtype());
   const int64_t nd = x.dim();
   std::vector<bool> reduced(nd, false);
-  for (int64_t d : dims) if (nd > 0) reduced[wrap(d, nd, name)] = true;
+  for (int64_t d : dims) reduced[d] = true;
   int64_t R = 1;
   for (int64_t d = 0; d < nd; ++d) if (reduced[d]) R *= x.size(d);
   DeviceGuard g(out.device());
-  if (R == 0) {  // an empty reduction gives the identity (mean: 0/0 = NaN)
-    KILN_CHECK(kind != ReduceKind::max && kind != ReduceKind::min,
-               "{}: cannot reduce over a zero-size dimension (input shape {})", name, x.sizes());
+  if (R == 0) {  // an empty reduction gives the identity (mean: 0/0 = NaN); never max or min
     const Scalar v = kind == ReduceKind::mean ? Scalar(std::numeric_limits<double>::quiet_NaN())
                      : kind == ReduceKind::prod ? Scalar(1) : Scalar(0);
     kernels::fill[out.device()](out, v);
@@ -78,16 +70,10 @@ void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList&
 }
 
 void arg_reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, int64_t dim) {
-  KILN_CHECK(kind == ReduceKind::max || kind == ReduceKind::min, "arg_reduce: kind must be max or min, got {}",
-             kind_name(kind));
-  KILN_CHECK(out.dtype() == kInt64, "arg_reduce: output must be i64, got {}", out.dtype());
   const bool is_max = kind == ReduceKind::max;
-  const char* name = is_max ? "argmax" : "argmin";
   if (out.numel() == 0) return;
   const int64_t nd = x.dim();
-  dim = nd == 0 ? 0 : wrap(dim, nd, name);
   const int64_t D = nd == 0 ? 1 : x.size(dim);
-  KILN_CHECK(D > 0, "{}: cannot reduce over dim {} of size 0 (input shape {})", name, dim, x.sizes());
   std::vector<bool> moved(nd, false);
   if (nd > 0) moved[dim] = true;
   DeviceGuard g(out.device());
@@ -98,10 +84,6 @@ void arg_reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, int64_t di
                           out.numel(), D, stream_of(out));
   KILN_CUDA_CHECK_LAUNCH();
   if (!direct) kernels::copy[out.device()](out, oc);
-}
-
-void check_floating(DType t, const char* op) {
-  KILN_CHECK(is_floating(t), "{}: dtype {} is not supported (floating types only)", op, t);
 }
 
 /// Runs `compute(rows, D, y_contiguous)` on [rows, D] operands with `dim` moved last, then
@@ -123,11 +105,7 @@ void along_last(Tensor& out, int64_t dim, DType dt, const F& compute) {
 }
 
 void softmax_kernel(Tensor& out, const Tensor& x, int64_t dim, bool log) {
-  const char* name = log ? "log_softmax" : "softmax";
   if (out.numel() == 0) return;
-  check_floating(x.dtype(), name);
-  check_floating(out.dtype(), name);
-  dim = x.dim() == 0 ? 0 : wrap(dim, x.dim(), name);
   DeviceGuard g(out.device());
   along_last(out, dim, x.dtype(), [&](const std::vector<bool>& moved, int64_t rows, int64_t D, Tensor& y) {
     Tensor xc = moved_last(x, moved, x.dtype());
@@ -137,13 +115,7 @@ void softmax_kernel(Tensor& out, const Tensor& x, int64_t dim, bool log) {
 }
 
 void softmax_backward_kernel(Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, bool log) {
-  const char* name = log ? "log_softmax_backward" : "softmax_backward";
   if (grad_x.numel() == 0) return;
-  KILN_CHECK(grad_y.sizes() == y.sizes() && grad_x.sizes() == y.sizes(),
-             "{}: shapes differ (grad_x {}, grad_y {}, y {})", name, grad_x.sizes(), grad_y.sizes(), y.sizes());
-  check_floating(y.dtype(), name);
-  check_floating(grad_x.dtype(), name);
-  dim = y.dim() == 0 ? 0 : wrap(dim, y.dim(), name);
   DeviceGuard g(grad_x.device());
   const DType dt = y.dtype();
   along_last(grad_x, dim, dt, [&](const std::vector<bool>& moved, int64_t rows, int64_t D, Tensor& gx) {

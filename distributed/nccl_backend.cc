@@ -1,6 +1,9 @@
 // The NCCL process group: a non-blocking communicator (set-up and every call polled with the
 // group's timeout, aborted on failure), collectives on the group's stream, each inside
-// ncclGroupStart/End, and a destructor that gives up on a dead peer instead of hanging.
+// ncclGroupStart/End, and a destructor that gives up on a dead peer instead of hanging. A failed
+// call throws dist::TimeoutError (the timeout passed), dist::PeerError (ncclRemoteError: a peer
+// exited, aborted or lost its network) or kiln::Error, naming the NCCL call and NCCL's error
+// string (nccl_progress.h decides which).
 #include "distributed/nccl_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -23,6 +26,15 @@
 
 namespace kiln::dist {
 namespace {
+
+static_assert(ncclSuccess == kNcclSuccess && ncclInvalidUsage == kNcclInvalidUsage &&
+                  ncclRemoteError == kNcclRemoteError && ncclInProgress == kNcclInProgress,
+              "nccl_progress.h's ncclResult_t codes differ from this nccl.h");
+
+/// "ncclAllReduce: NCCL error 6 (remote process exited or there was a network error)".
+std::string nccl_error_text(const char* call, ncclResult_t r) {
+  return fmt::format("{}: NCCL error {} ({})", call, static_cast<int>(r), ncclGetErrorString(r));
+}
 
 ncclDataType_t nccl_type(DType t, const char* op) {
   switch (t) {
@@ -72,19 +84,22 @@ struct ProcessGroupNCCL::Impl {
     return *async == ncclInProgress ? Progress::kPending : *async == ncclSuccess ? Progress::kDone : Progress::kFailed;
   }
 
-  /// Completes a call on the non-blocking communicator: `r` (what the call returned) in progress
-  /// is polled until it settles; an error or the timeout aborts the communicator and throws.
-  void settle(ncclResult_t r, const std::string& what) {
+  /// Completes `call` (an NCCL function's name) on the non-blocking communicator: `r` (what it
+  /// returned) in progress is polled until it settles; an error or the timeout aborts the
+  /// communicator and throws the typed error (TimeoutError, PeerError, else Error).
+  void settle(ncclResult_t r, const std::string& what, const char* call) {
     ncclResult_t async = r;
     Progress p = r == ncclSuccess ? Progress::kDone : r == ncclInProgress ? Progress::kPending : Progress::kFailed;
     if (p == Progress::kPending && comm != nullptr) p = poll_until_settled([&] { return state(&async); }, timeout);
     if (p == Progress::kDone) return;
-    const std::string cause = p == Progress::kPending
-                                  ? fmt::format("not done after the group's timeout of {} ms", timeout.count())
-                                  : fmt::format("NCCL error: {} ({})", ncclGetErrorString(async),
-                                                comm != nullptr ? ncclGetLastError(comm) : "no communicator");
+    const std::string cause =
+        p == Progress::kPending
+            ? fmt::format("{} not done after the group's timeout of {} ms", call, timeout.count())
+            : fmt::format("{} ({})", nccl_error_text(call, async),
+                          comm != nullptr ? ncclGetLastError(comm) : "no communicator");
     abort();
-    fail("{}: {}; the communicator was aborted", what, cause);
+    throw_nccl_failure(classify_nccl_failure(p, async),
+                       fmt::format("{}: {}; the communicator was aborted", what, cause));
   }
 };
 
@@ -126,14 +141,15 @@ class NcclWork final : public Work {
       if (g_.comm != nullptr) g_.state(&async);
       if (g_.comm == nullptr) async = ncclInvalidUsage;  // aborted by another failure meanwhile
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if ((async != ncclSuccess && async != ncclInProgress) || Clock::now() - start > g_.timeout) {
+      const bool failed = async != ncclSuccess && async != ncclInProgress;
+      if (failed || Clock::now() - start > g_.timeout) {
         std::string cause = async == ncclInvalidUsage && g_.comm == nullptr
                                 ? std::string("the communicator was aborted by an earlier failure")
-                            : async != ncclSuccess && async != ncclInProgress
-                                ? fmt::format("NCCL error: {}", ncclGetErrorString(async))
-                                : fmt::format("timed out after {} ms", g_.timeout.count());
+                            : failed ? nccl_error_text("ncclCommGetAsyncError", async)
+                                     : fmt::format("timed out after {} ms", g_.timeout.count());
         g_.abort();
-        fail("{}", g_.arrivals->describe_failure(name(), seq(), seconds, cause));
+        throw_nccl_failure(classify_nccl_failure(failed ? Progress::kFailed : Progress::kPending, async),
+                           g_.arrivals->describe_failure(name(), seq(), seconds, cause));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -174,7 +190,10 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   const std::string prefix = next_nccl_group_prefix();
   auto ids = std::make_shared<PrefixStore>(prefix, store_);
   if (rank == 0) {
-    KILN_NCCL_CHECK(ncclGetUniqueId(&id));
+    const ncclResult_t got = ncclGetUniqueId(&id);
+    if (got != ncclSuccess)
+      throw_nccl_failure(classify_nccl_failure(Progress::kFailed, got),
+                         fmt::format("ProcessGroupNCCL: {}", nccl_error_text("ncclGetUniqueId", got)));
     ids->set("unique_id", Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
   } else {
     Bytes b = ids->get("unique_id");
@@ -187,8 +206,9 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
-  impl_->settle(r, fmt::format("ProcessGroupNCCL: ncclCommInitRankConfig (rank {} of {}, cuda:{}, store prefix {})",
-                               rank, size, impl_->device, prefix));
+  impl_->settle(r, fmt::format("ProcessGroupNCCL: set-up (rank {} of {}, cuda:{}, store prefix {})", rank, size,
+                               impl_->device, prefix),
+                "ncclCommInitRankConfig");
   impl_->arrivals = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>(prefix + "/progress", store_), rank,
                                                  size, std::min<Millis>(timeout, std::chrono::seconds(30)));
 }
@@ -222,11 +242,11 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
 
 namespace {
 
-/// Orders the group's stream after the caller's current stream, issues `launch`'s NCCL calls on
-/// it inside one ncclGroupStart/End (so paired sends and receives progress together), settles
-/// them on the non-blocking communicator, queues `after` (work on the result) on the same stream
-/// and records the Work's completion event.
-WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, std::vector<Tensor> keep,
+/// Orders the group's stream after the caller's current stream, issues `launch`'s NCCL calls
+/// (`calls`, their names for errors) on it inside one ncclGroupStart/End (so paired sends and
+/// receives progress together), settles them on the non-blocking communicator, queues `after`
+/// (work on the result) on the same stream and records the Work's completion event.
+WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, const char* calls, std::vector<Tensor> keep,
             const std::function<ncclResult_t(cudaStream_t)>& launch, const std::function<void()>& after = {}) {
   KILN_CHECK(g.comm != nullptr, "{}: the NCCL communicator was aborted by an earlier failure", name);
   cuda::DeviceGuard guard(g.device);
@@ -236,11 +256,12 @@ WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, std::vector<Tensor> kee
   g.stream.stream().wait(ready);
   work->mark_started();
   g.arrivals->entered(work->seq());
-  g.settle(ncclGroupStart(), fmt::format("{}: ncclGroupStart", name));
+  g.settle(ncclGroupStart(), name, "ncclGroupStart");
   const ncclResult_t issued = launch(reinterpret_cast<cudaStream_t>(g.stream.stream().raw()));
   const ncclResult_t ended = ncclGroupEnd();
-  g.settle(issued != ncclSuccess && issued != ncclInProgress ? issued : ended,
-           fmt::format("{} #{} on cuda:{}", name, work->seq(), g.device));
+  const bool issue_failed = issued != ncclSuccess && issued != ncclInProgress;
+  g.settle(issue_failed ? issued : ended, fmt::format("{} #{} on cuda:{}", name, work->seq(), g.device),
+           issue_failed ? calls : "ncclGroupEnd");
   if (after) {
     cuda::StreamGuard on_group(g.stream.stream());
     after();
@@ -257,7 +278,7 @@ WorkPtr ProcessGroupNCCL::allreduce(Tensor t, ReduceOp op) {
   check_cuda_tensor("allreduce", t, impl_->device);
   const ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
   const ncclRedOp_t red = nccl_op(op);
-  return run(*impl_, "allreduce", {t}, [&](cudaStream_t s) {
+  return run(*impl_, "allreduce", "ncclAllReduce", {t}, [&](cudaStream_t s) {
     return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, red, impl_->comm, s);
   });
 }
@@ -266,7 +287,7 @@ WorkPtr ProcessGroupNCCL::broadcast(Tensor t, int root) {
   check_cuda_tensor("broadcast", t, impl_->device);
   KILN_CHECK(root >= 0 && root < size_, "broadcast: root {} is out of range for a group of {} ranks", root, size_);
   const ncclDataType_t type = nccl_type(t.dtype(), "broadcast");
-  return run(*impl_, "broadcast", {t}, [&](cudaStream_t s) {
+  return run(*impl_, "broadcast", "ncclBroadcast", {t}, [&](cudaStream_t s) {
     return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, root, impl_->comm, s);
   });
 }
@@ -276,7 +297,7 @@ WorkPtr ProcessGroupNCCL::reduce(Tensor t, int root, ReduceOp op) {
   KILN_CHECK(root >= 0 && root < size_, "reduce: root {} is out of range for a group of {} ranks", root, size_);
   const ncclDataType_t type = nccl_type(t.dtype(), "reduce");
   const ncclRedOp_t red = nccl_op(op);
-  return run(*impl_, "reduce", {t}, [&](cudaStream_t s) {
+  return run(*impl_, "reduce", "ncclReduce", {t}, [&](cudaStream_t s) {
     return ncclReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, red, root, impl_->comm, s);
   });
 }
@@ -292,7 +313,7 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor> outputs, Tensor input) {
   keep.push_back(input);
   keep.push_back(flat);
   return run(
-      *impl_, "allgather", keep,
+      *impl_, "allgather", "ncclAllGather", keep,
       [&](cudaStream_t s) {
         return ncclAllGather(input.data_ptr(), flat.data_ptr(), static_cast<size_t>(input.numel()), type,
                              impl_->comm, s);
@@ -316,7 +337,7 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor output, std::vector<Tensor> inpu
     NoGradGuard no_grad;  // packed on the caller's stream, which the collective waits for
     for (int r = 0; r < size_; ++r) flat.narrow(0, r * n, n).copy_(inputs[r].reshape({n}));
   }
-  return run(*impl_, "reduce_scatter", {output, flat}, [&](cudaStream_t s) {
+  return run(*impl_, "reduce_scatter", "ncclReduceScatter", {output, flat}, [&](cudaStream_t s) {
     return ncclReduceScatter(flat.data_ptr(), output.data_ptr(), static_cast<size_t>(n), type, red, impl_->comm, s);
   });
 }
@@ -329,7 +350,7 @@ WorkPtr ProcessGroupNCCL::reduce_scatter_tensor(Tensor output, Tensor input, Red
              input.dtype(), size_, output.shape_str(), output.dtype());
   const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter_tensor");
   const ncclRedOp_t red = nccl_op(op);
-  return run(*impl_, "reduce_scatter_tensor", {output, input}, [&](cudaStream_t s) {
+  return run(*impl_, "reduce_scatter_tensor", "ncclReduceScatter", {output, input}, [&](cudaStream_t s) {
     return ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type, red,
                              impl_->comm, s);
   });
@@ -342,7 +363,7 @@ WorkPtr ProcessGroupNCCL::allgather_into_tensor(Tensor output, Tensor input) {
              "allgather_into_tensor: output {} {} does not hold {} chunks of the input's {} {}", output.shape_str(),
              output.dtype(), size_, input.shape_str(), input.dtype());
   const ncclDataType_t type = nccl_type(input.dtype(), "allgather_into_tensor");
-  return run(*impl_, "allgather_into_tensor", {output, input}, [&](cudaStream_t s) {
+  return run(*impl_, "allgather_into_tensor", "ncclAllGather", {output, input}, [&](cudaStream_t s) {
     return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()), type, impl_->comm,
                          s);
   });
@@ -357,7 +378,7 @@ void ProcessGroupNCCL::check_peer(const char* op, const Tensor& t, int peer) con
 WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
   check_peer("send", t, dst);
   const ncclDataType_t type = nccl_type(t.dtype(), "send");
-  return run(*impl_, "send", {t}, [&](cudaStream_t s) {
+  return run(*impl_, "send", "ncclSend", {t}, [&](cudaStream_t s) {
     return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dst, impl_->comm, s);
   });
 }
@@ -365,7 +386,7 @@ WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
 WorkPtr ProcessGroupNCCL::recv(Tensor t, int src, int /*tag*/) {
   check_peer("recv", t, src);
   const ncclDataType_t type = nccl_type(t.dtype(), "recv");
-  return run(*impl_, "recv", {t}, [&](cudaStream_t s) {
+  return run(*impl_, "recv", "ncclRecv", {t}, [&](cudaStream_t s) {
     return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), type, src, impl_->comm, s);
   });
 }
@@ -375,7 +396,7 @@ WorkPtr ProcessGroupNCCL::send_recv(Tensor send_t, int dst, Tensor recv_t, int s
   check_peer("send_recv", recv_t, src);
   const ncclDataType_t send_type = nccl_type(send_t.dtype(), "send_recv");
   const ncclDataType_t recv_type = nccl_type(recv_t.dtype(), "send_recv");
-  return run(*impl_, "send_recv", {send_t, recv_t}, [&](cudaStream_t s) {
+  return run(*impl_, "send_recv", "ncclSend/ncclRecv", {send_t, recv_t}, [&](cudaStream_t s) {
     // One group: the send and the receive progress together, so two ranks exchanging (each
     // sending to the other) do not wait on each other's unposted receive.
     const ncclResult_t r = ncclSend(send_t.data_ptr(), static_cast<size_t>(send_t.numel()), send_type, dst,

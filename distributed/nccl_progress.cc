@@ -1,5 +1,6 @@
-// Bounded polling and per-group store prefixes for the NCCL backend (distributed/nccl_progress.h);
-// no NCCL or CUDA in it, so it builds and is tested everywhere.
+// Bounded polling, the typed error of a failed call and per-group store prefixes for the NCCL
+// backend (distributed/nccl_progress.h); no NCCL or CUDA in it, so it builds and is tested
+// everywhere.
 #include "distributed/nccl_progress.h"
 
 #include <atomic>
@@ -18,6 +19,22 @@ Progress poll_until_settled(const std::function<Progress()>& step, Millis timeou
     if (std::chrono::steady_clock::now() >= deadline) return Progress::kPending;
     std::this_thread::sleep_for(interval);
   }
+}
+
+NcclFailure classify_nccl_failure(Progress p, int result) {
+  KILN_ASSERT(p != Progress::kDone && (p == Progress::kPending || result != kNcclSuccess),
+              "classify_nccl_failure: a call that succeeded (progress {}, result {})", static_cast<int>(p), result);
+  if (p == Progress::kPending) return NcclFailure::kTimeout;
+  return result == kNcclRemoteError ? NcclFailure::kPeer : NcclFailure::kOther;
+}
+
+void throw_nccl_failure(NcclFailure kind, std::string message) {
+  switch (kind) {
+    case NcclFailure::kTimeout: throw TimeoutError(std::move(message));
+    case NcclFailure::kPeer: throw PeerError(std::move(message));
+    case NcclFailure::kOther: break;
+  }
+  throw Error(std::move(message));
 }
 
 std::string next_nccl_group_prefix() {

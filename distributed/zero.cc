@@ -65,7 +65,7 @@ ZeroRedundancyOptimizer::Parts ZeroRedundancyOptimizer::build(DistributedDataPar
     const auto& buckets = parts.reducer->buckets();
     for (size_t b = 0; b < buckets.size(); ++b)
       if (buckets[b].group == static_cast<int>(g)) {
-        sg.params.push_back(buckets[b].shard);
+        sg.params.push_back(parts.reducer->shards()[b].shard);
         parts.bucket_at.push_back(b);
       }
     shard_groups.push_back(std::move(sg));
@@ -116,7 +116,7 @@ double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_typ
 
 std::vector<Tensor> ZeroRedundancyOptimizer::shards() const {
   std::vector<Tensor> out;
-  for (const ZeroBucket& b : reducer_->buckets()) out.push_back(b.shard);
+  for (const ZeroShard& s : reducer_->shards()) out.push_back(s.shard);
   return out;
 }
 

@@ -22,7 +22,7 @@ void agree(ProcessGroup& pg, bool failed, const char* what, const std::string& p
 
 std::string layout(ZeroRedundancyOptimizer& opt) {
   std::string s = std::to_string(opt.reducer().process_group().size()) + ":";
-  for (const ZeroBucket& b : opt.reducer().buckets()) s += std::to_string(b.shard_numel) + ",";
+  for (const ZeroShard& z : opt.reducer().shards()) s += std::to_string(z.numel) + ",";
   return s;
 }
 

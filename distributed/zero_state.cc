@@ -32,7 +32,8 @@ optim::StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
   }
   const int world = pg_->size();
   for (int64_t k = 0; k < inner_->num_params(); ++k) {
-    const ZeroBucket& b = reducer_->buckets()[bucket_at_[k]];
+    const ReducerBucket& b = reducer_->buckets()[bucket_at_[k]];
+    const int64_t shard_numel = reducer_->shards()[bucket_at_[k]].numel;
     // Every rank's shard of a bucket has stepped as often (its gradient is always defined), so
     // every rank walks the same names in the same order here. A master copy (f16/bf16 shards
     // under master weights) is gathered as one more field, "master.<i>" shaped as parameter i.
@@ -41,7 +42,7 @@ optim::StateDict ZeroRedundancyOptimizer::consolidated_state_dict() {
     for (const auto& [name, t] : fields) {
       Tensor full;
       if (t.dim() > 0) {
-        full = empty({b.shard_numel * world}, TensorOptions().dtype(t.dtype()).device(t.device()));
+        full = empty({shard_numel * world}, TensorOptions().dtype(t.dtype()).device(t.device()));
         pg_->allgather_into_tensor(full, t.contiguous())->wait();
       }
       for (size_t s = 0; s < b.params.size(); ++s) {
@@ -84,7 +85,8 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::StateDic
   const int64_t rank = pg_->rank();
   const int world = pg_->size();
   for (int64_t k = 0; k < inner_->num_params(); ++k) {
-    const ZeroBucket& b = reducer_->buckets()[bucket_at_[k]];
+    const ReducerBucket& b = reducer_->buckets()[bucket_at_[k]];
+    const int64_t shard_numel = reducer_->shards()[bucket_at_[k]].numel;
     std::set<std::string> names;  // "" stands for the master copy
     for (size_t pi : b.params) {
       const std::string prefix = "state." + std::to_string(global_index_[pi]) + ".";
@@ -117,11 +119,11 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::StateDic
         if (t.sizes() != p.sizes())
           bad(fmt::format("'{}' has shape {}, parameter '{}' has {}", key, t.shape_str(), reducer_->names()[pi],
                           p.shape_str()));
-        if (!flat.defined()) flat = zeros({b.shard_numel * world}, dtype(t.dtype()));
+        if (!flat.defined()) flat = zeros({shard_numel * world}, dtype(t.dtype()));
         flat.narrow(0, b.offsets[s], p.numel()).copy_(t.reshape({-1}));
       }
       in[field.empty() ? "master." + std::to_string(k) : state_key(k, field)] =
-          step.defined() ? step : flat.narrow(0, rank * b.shard_numel, b.shard_numel).clone();
+          step.defined() ? step : flat.narrow(0, rank * shard_numel, shard_numel).clone();
     }
   }
   for (const auto& [key, t] : sd)

@@ -10,12 +10,9 @@
 namespace kiln::cpu {
 namespace {
 
+// grad contiguous and floating, found_inf a 0-dim f32 on grad's device: the slot's contract, which
+// its caller (amp/grad_scaler.cc) keeps.
 void non_finite_check_and_unscale_kernel(Tensor& grad, Tensor& found_inf, double inv_scale) {
-  KILN_CHECK(grad.is_contiguous(), "non_finite_check_and_unscale: gradient of shape {} must be contiguous",
-             grad.sizes());
-  KILN_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
-             "non_finite_check_and_unscale: found_inf must be a one-element f32 tensor, got {} of shape {}",
-             found_inf.dtype(), found_inf.sizes());
   std::atomic<bool> bad{false};
   dispatch_floating(grad.dtype(), "non_finite_check_and_unscale", [&]<class T>() {
     using A = opmath_t<T>;

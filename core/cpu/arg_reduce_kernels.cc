@@ -89,10 +89,8 @@ template <bool IsMax, class T> void arg_reduce_typed(Tensor& out, const Tensor& 
   }
 }
 
+// kind max or min, out i64, dim wrapped and not of size 0: core/ops/reduce.cc's checks.
 void arg_reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, int64_t dim) {
-  KILN_CHECK(kind == ReduceKind::max || kind == ReduceKind::min, "arg_reduce: kind must be max or min, got {}",
-             kind_name(kind));
-  KILN_CHECK(out.dtype() == kInt64, "arg_reduce: output must be i64, got {}", out.dtype());
   const bool is_max = kind == ReduceKind::max;
   const char* name = is_max ? "argmax" : "argmin";
   if (out.numel() == 0) return;

@@ -40,6 +40,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   KILN_CHECK((b - a) * s >= 0, "arange: step {} goes away from end (start {}, end {})", s, a, b);
   bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
   TensorOptions o = opts.value_or(TensorOptions(any_float ? kDefaultFloat : kInt64));
+  KILN_CHECK(o.dtype_ != kBool, "arange: dtype bool is not supported (numeric types only)");
   int64_t n = static_cast<int64_t>(std::ceil((b - a) / s));
   Tensor t = make_tensor({n}, o.dtype_, o.device_);
   kernels::arange[t.device()](t, a, s);
@@ -48,6 +49,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   KILN_CHECK(steps >= 0, "linspace: steps must be non-negative, got {}", steps);
+  KILN_CHECK(opts.dtype_ != kBool, "linspace: dtype bool is not supported (numeric types only)");
   Tensor t = make_tensor({steps}, opts.dtype_, opts.device_);
   double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   kernels::arange[t.device()](t, start, step);

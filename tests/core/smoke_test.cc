@@ -18,6 +18,13 @@ TEST_CASE("arange gives integers for integer arguments") {
   CHECK(a.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3, 4});
 }
 
+TEST_CASE("arange and linspace refuse bool in the op, before any backend's kernel runs") {
+  CHECK_THROWS_WITH_AS(arange(0, 3, 1, TensorOptions(kBool)), doctest::Contains("arange: dtype bool is not supported"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(linspace(0, 1, 3, TensorOptions(kBool)),
+                       doctest::Contains("linspace: dtype bool is not supported"), kiln::Error);
+}
+
 TEST_CASE("no kernel for a device names the op and device") {
   CHECK_THROWS_WITH(zeros({2}, Device("cuda:0")), doctest::Contains("cuda"));
 }

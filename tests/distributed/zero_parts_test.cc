@@ -22,6 +22,7 @@
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
+#include "tests/distributed/zero_test_util.h"
 
 namespace kiln {
 namespace {
@@ -29,18 +30,9 @@ namespace {
 using test::expect;
 namespace F = nn::functional;
 
-std::shared_ptr<nn::Sequential> make_model() {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(12, 24), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(24, 23),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(23, 5)});
-}
+using test::small_buckets;
 
-dist::DDPOptions small_buckets() {
-  dist::DDPOptions o;
-  o.first_bucket_mb = 0.0005;
-  o.bucket_cap_mb = 0.002;
-  return o;
-}
+std::shared_ptr<nn::Sequential> make_model() { return test::zero_test_model(24); }
 
 Tensor loss_at(dist::DistributedDataParallel& ddp, int step, int rank, int world) {
   Generator g(900 + static_cast<uint64_t>(step));

@@ -20,6 +20,7 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
+#include "tests/distributed/zero_test_util.h"
 
 namespace kiln {
 namespace {
@@ -27,18 +28,9 @@ namespace {
 using test::expect;
 namespace F = nn::functional;
 
-std::shared_ptr<nn::Sequential> make_model() {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(12, 32), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(32, 31),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(31, 5)});
-}
+using test::small_buckets;
 
-dist::DDPOptions small_buckets() {
-  dist::DDPOptions o;
-  o.first_bucket_mb = 0.0005;  // several buckets even for this small model
-  o.bucket_cap_mb = 0.002;
-  return o;
-}
+std::shared_ptr<nn::Sequential> make_model() { return test::zero_test_model(32); }
 
 struct Batch {
   Tensor x, y;
