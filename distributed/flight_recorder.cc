@@ -43,7 +43,8 @@ size_t FlightRecorder::size() const {
   return entries_.size();
 }
 
-nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::string& backend) const {
+nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::string& backend,
+                                       const FlightGroup& group) const {
   nlohmann::json entries = nlohmann::json::array();
   std::lock_guard<std::mutex> lock(mu_);
   for (const FlightEntry& e : entries_) {
@@ -60,18 +61,30 @@ nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::stri
                        {"started_us", us_since_epoch(started)}, {"finished_us", us_since_epoch(finished)},
                        {"error", e.error}});
   }
-  return {{"rank", rank}, {"world_size", world_size}, {"backend", backend}, {"capacity", capacity_},
+  std::vector<int> members = group.ranks;
+  if (members.empty())
+    for (int r = 0; r < world_size; ++r) members.push_back(r);
+  return {{"rank", rank},
+          {"world_size", world_size},
+          {"backend", backend},
+          {"group", group.name},
+          {"group_ranks", members},
+          {"global_rank", group.global_rank(rank)},
+          {"capacity", capacity_},
           {"entries", std::move(entries)}};
 }
 
-std::string FlightRecorder::dump(const std::string& dir, int rank, int world_size, const std::string& backend) const {
+std::string FlightRecorder::dump(const std::string& dir, int rank, int world_size, const std::string& backend,
+                                 const FlightGroup& group) const {
   std::filesystem::create_directories(dir);
-  std::string path = fmt::format("{}/flight_recorder.rank{}.json", dir, rank);
+  std::string path = group.ranks.empty() && group.name == "world"
+                         ? fmt::format("{}/flight_recorder.rank{}.json", dir, rank)
+                         : fmt::format("{}/flight_recorder.rank{}.{}.json", dir, group.global_rank(rank), group.name);
   std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   {
     std::ofstream f(tmp);
     KILN_CHECK(f.good(), "flight recorder: cannot write {}", tmp);
-    f << to_json(rank, world_size, backend).dump(1) << "\n";
+    f << to_json(rank, world_size, backend, group).dump(1) << "\n";
   }
   std::filesystem::rename(tmp, path);
   return path;

@@ -1,7 +1,7 @@
 // The flight recorder: the last N collectives and transfers a process group issued (op,
 // sequence number, element counts, dtype, peer, issue/start/end times, state) in a ring buffer,
-// dumped as JSON (one file per rank) when a collective fails or times out, on SIGUSR1, or on
-// request. //distributed:flight_recorder reads every rank's dump and says who is behind and
+// dumped as JSON (one file per rank and group) when a collective fails or times out, on SIGUSR1,
+// or on request. //distributed:flight_recorder reads every rank's dump and says who is behind and
 // where the ranks disagree (flight_recorder_analysis.h).
 #pragma once
 
@@ -30,6 +30,14 @@ struct FlightEntry {
   std::string error;         // set when waiting on it threw
 };
 
+/// Which group a dump belongs to: the default group ("world"), or one made by new_group, whose
+/// members are `ranks` (ranks of the default group; empty for "world": 0..size-1).
+struct FlightGroup {
+  std::string name = "world";
+  std::vector<int> ranks;
+  int global_rank(int rank) const { return ranks.empty() ? rank : ranks.at(static_cast<size_t>(rank)); }
+};
+
 class FlightRecorder {
  public:
   /// `capacity` entries at most (the oldest are dropped); capacity 0 records nothing.
@@ -37,11 +45,15 @@ class FlightRecorder {
   void add(FlightEntry e);
   void mark_failed(const WorkPtr& work, const std::string& error);
   size_t size() const;
-  /// {"rank", "world_size", "backend", "entries": [{"op", "seq", "p2p", "peer", "numels", "dtype",
-  /// "state" (scheduled|started|completed|failed), "issued_us", "started_us", "finished_us", "error"}]}
-  nlohmann::json to_json(int rank, int world_size, const std::string& backend) const;
-  /// Writes to_json to `dir`/flight_recorder.rank<rank>.json (temp name, then rename); returns the path.
-  std::string dump(const std::string& dir, int rank, int world_size, const std::string& backend) const;
+  /// {"rank", "world_size", "backend", "group", "group_ranks", "global_rank", "entries": [{"op", "seq",
+  /// "p2p", "peer", "numels", "dtype", "state" (scheduled|started|completed|failed), "issued_us",
+  /// "started_us", "finished_us", "error"}]}; `rank` and `world_size` are the group's.
+  nlohmann::json to_json(int rank, int world_size, const std::string& backend, const FlightGroup& group = {}) const;
+  /// Writes to_json to `dir`/flight_recorder.rank<global rank>.json for the world, and to
+  /// flight_recorder.rank<global rank>.<group>.json for a subgroup (temp name, then rename);
+  /// returns the path.
+  std::string dump(const std::string& dir, int rank, int world_size, const std::string& backend,
+                   const FlightGroup& group = {}) const;
 
  private:
   size_t capacity_;

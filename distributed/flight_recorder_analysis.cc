@@ -29,11 +29,25 @@ std::string FlightReport::text() const {
   return out;
 }
 
-FlightReport analyze_flight_records(const std::vector<nlohmann::json>& dumps) {
-  FlightReport report;
-  std::map<int, std::map<uint64_t, Call>> calls;  // rank -> seq -> call (collectives only)
-  for (const auto& d : dumps) {
-    int rank = d.at("rank").get<int>();
+namespace {
+
+std::string group_of(const nlohmann::json& dump) { return dump.value("group", std::string("world")); }
+
+/// The members of a dump's group, as ranks of the default group.
+std::vector<int> members_of(const nlohmann::json& dump) {
+  if (dump.contains("group_ranks")) return dump.at("group_ranks").get<std::vector<int>>();
+  std::vector<int> all;
+  for (int r = 0; r < dump.value("world_size", 0); ++r) all.push_back(r);
+  return all;
+}
+
+/// One group's dumps, compared.
+void analyze_group(const std::vector<const nlohmann::json*>& dumps, FlightReport& report) {
+  const size_t first_finding = report.findings.size();
+  std::map<int, std::map<uint64_t, Call>> calls;  // global rank -> seq -> call (collectives only)
+  for (const nlohmann::json* dump : dumps) {
+    const nlohmann::json& d = *dump;
+    int rank = d.value("global_rank", d.at("rank").get<int>());
     auto& mine = calls[rank];
     for (const auto& e : d.at("entries")) {
       if (e.at("p2p").get<bool>()) continue;
@@ -41,7 +55,7 @@ FlightReport analyze_flight_records(const std::vector<nlohmann::json>& dumps) {
           Call{e.at("op"), e.at("dtype"), e.at("state"), e.at("numels").get<std::vector<int64_t>>()};
     }
   }
-  if (calls.empty()) return report;
+  if (calls.empty()) return;
   // Compare only where every rank's ring still holds entries: from the latest first entry on.
   uint64_t lo = 0, hi = 0;
   for (const auto& [rank, m] : calls) {
@@ -103,6 +117,26 @@ FlightReport analyze_flight_records(const std::vector<nlohmann::json>& dumps) {
                                            seq, pending.size() > 1 ? "s" : "", fmt::join(pending, ", "))});
     break;
   }
+  // A subgroup's findings say which group (sequence numbers count per group).
+  const std::string group = group_of(*dumps.front());
+  for (size_t i = first_finding; i < report.findings.size(); ++i) {
+    FlightFinding& f = report.findings[i];
+    f.group = group;
+    if (group != "world")
+      f.message = fmt::format("{} (ranks {}): {}", group, fmt::join(members_of(*dumps.front()), ", "), f.message);
+  }
+}
+
+}  // namespace
+
+FlightReport analyze_flight_records(const std::vector<nlohmann::json>& dumps) {
+  FlightReport report;
+  std::map<std::string, std::vector<const nlohmann::json*>> by_group;
+  for (const auto& d : dumps) by_group[group_of(d)].push_back(&d);
+  // The default group first: a rank behind there explains most of what its subgroups show.
+  if (auto it = by_group.find("world"); it != by_group.end()) analyze_group(it->second, report);
+  for (const auto& [group, of_group] : by_group)
+    if (group != "world") analyze_group(of_group, report);
   return report;
 }
 
@@ -122,24 +156,25 @@ std::vector<nlohmann::json> read_flight_records(const std::vector<std::string>& 
   KILN_CHECK(!paths.empty(), "flight_recorder: no flight_recorder.rank*.json dumps in {}", fmt::join(paths_or_dir, ", "));
   std::sort(paths.begin(), paths.end());
   std::vector<nlohmann::json> dumps;
-  std::set<int> ranks;
-  int world = 0;
+  std::map<std::string, std::set<int>> dumped;  // group -> global ranks with a dump
+  std::map<std::string, std::vector<int>> members;
   for (const std::string& p : paths) {
     std::ifstream f(p);
     KILN_CHECK(f.good(), "flight_recorder: cannot read {}", p);
     nlohmann::json d = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
     KILN_CHECK(!d.is_discarded() && d.contains("rank") && d.contains("entries"),
                "flight_recorder: {} is not a flight recorder dump", p);
-    ranks.insert(d["rank"].get<int>());
-    world = d.value("world_size", 0);
+    dumped[group_of(d)].insert(d.value("global_rank", d["rank"].get<int>()));
+    members[group_of(d)] = members_of(d);
     dumps.push_back(std::move(d));
   }
-  if (static_cast<int>(ranks.size()) < world) {
+  for (const auto& [group, expected] : members) {
     std::vector<int> missing;
-    for (int r = 0; r < world; ++r)
-      if (!ranks.count(r)) missing.push_back(r);
-    std::fprintf(stderr, "flight_recorder: no dump from rank%s %s (dead before it could write one?)\n",
-                 missing.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(missing, ", ")).c_str());
+    for (int r : expected)
+      if (!dumped[group].count(r)) missing.push_back(r);
+    if (!missing.empty())
+      std::fprintf(stderr, "flight_recorder: %s: no dump from rank%s %s (dead before it could write one?)\n",
+                   group.c_str(), missing.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(missing, ", ")).c_str());
   }
   return dumps;
 }

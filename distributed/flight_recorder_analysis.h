@@ -1,6 +1,8 @@
 // Reads every rank's flight recorder dump (flight_recorder.h) and explains a hang or a failure:
 // which ranks are behind and at which collective, and which collectives disagree between ranks
 // in op, size or dtype (a rank that skipped a collective or called another one in its place).
+// Each group (the default one, and every traced new_group) is compared on its own; ranks are
+// always named by their rank in the default group.
 #pragma once
 
 #include <string>
@@ -16,8 +18,9 @@ struct FlightFinding {
   /// "stuck": collective `seq` was issued by every rank but has not completed on `ranks`.
   std::string kind;
   uint64_t seq = 0;
-  std::vector<int> ranks;
+  std::vector<int> ranks;  // ranks of the default group
   std::string message;
+  std::string group = "world";  // "world", or new_group's "group<id>"
 };
 
 struct FlightReport {
@@ -26,10 +29,10 @@ struct FlightReport {
   std::string text() const;
 };
 
-/// `dumps`: one JSON document per rank, as FlightRecorder::to_json writes them.
+/// `dumps`: one JSON document per rank and group, as FlightRecorder::to_json writes them.
 FlightReport analyze_flight_records(const std::vector<nlohmann::json>& dumps);
 /// Reads flight_recorder.rank*.json under `dir` (or the files named); throws naming a file that
-/// does not parse or ranks that are missing.
+/// does not parse; says on stderr which ranks of each group left no dump.
 std::vector<nlohmann::json> read_flight_records(const std::vector<std::string>& paths_or_dir);
 
 }  // namespace kiln::dist

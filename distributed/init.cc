@@ -24,6 +24,7 @@ std::shared_ptr<Store> g_store;
 std::string g_backend;
 Millis g_timeout{};
 int g_groups = 0;  // new_group calls so far (the same count on every rank)
+GroupWrapper g_wrapper;
 
 std::map<std::string, BackendFactory>& backends() {
   static std::map<std::string, BackendFactory> m;
@@ -88,6 +89,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   g_backend = options.backend;
   g_timeout = options.timeout;
   g_groups = 0;
+  g_wrapper = nullptr;  // the new default group is traced only if the caller wraps it
   return pg;
 }
 
@@ -97,12 +99,14 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
   std::string backend;
   Millis timeout;
   int id;
+  GroupWrapper wrap;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     store = g_store;
     backend = g_backend;
     timeout = g_timeout;
     id = g_groups++;
+    wrap = g_wrapper;
   }
   bool valid = !ranks.empty();
   for (size_t i = 0; valid && i < ranks.size(); ++i)
@@ -115,15 +119,23 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
   if (index < 0) return nullptr;
   auto sub = std::make_shared<PrefixStore>("group/" + std::to_string(id), store);
   const int size = static_cast<int>(ranks.size());
+  std::shared_ptr<ProcessGroup> group;
   if (backend != "gloo") {
     BackendFactory factory;
     {
       std::lock_guard<std::mutex> lock(g_mu);
       factory = backends().at(backend);
     }
-    return factory(sub, index, size, timeout);
+    group = factory(sub, index, size, timeout);
+  } else {
+    group = std::make_shared<ProcessGroupGloo>(sub, index, size, gloo_options(timeout));
   }
-  return std::make_shared<ProcessGroupGloo>(sub, index, size, gloo_options(timeout));
+  return wrap ? wrap(std::move(group), id, ranks) : group;
+}
+
+void set_new_group_wrapper(GroupWrapper wrapper) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_wrapper = std::move(wrapper);
 }
 
 bool is_initialized() {
@@ -150,6 +162,7 @@ int get_world_size() {
 void destroy_process_group() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_default = nullptr;
+  g_wrapper = nullptr;
 }
 
 bool launched_with_world() {

@@ -41,6 +41,13 @@ void destroy_process_group();
 /// backend and timeout as the default group.
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
+/// What new_group applies to each group it makes (`id`: the how-manieth new_group call, the
+/// same on every rank; `ranks` as given): trace_process_group on the default group installs
+/// the flight recorder's wrapper here. destroy_process_group clears it.
+using GroupWrapper =
+    std::function<std::shared_ptr<ProcessGroup>(std::shared_ptr<ProcessGroup> group, int id, const std::vector<int>& ranks)>;
+void set_new_group_wrapper(GroupWrapper wrapper);
+
 /// True when the environment describes a multi-process job (WORLD_SIZE set and > 1, after what
 /// srun's or mpirun's variables imply: distributed/job_env.h).
 bool launched_with_world();

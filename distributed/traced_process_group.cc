@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/init.h"
 #include "profiler/profiler.h"
 
 namespace kiln::dist {
@@ -110,9 +111,10 @@ std::string shapes_of(const std::vector<int64_t>& numels) {
 
 }  // namespace
 
-TracedProcessGroup::TracedProcessGroup(std::shared_ptr<ProcessGroup> inner, size_t capacity, std::string dump_dir)
+TracedProcessGroup::TracedProcessGroup(std::shared_ptr<ProcessGroup> inner, size_t capacity, std::string dump_dir,
+                                       FlightGroup group)
     : ProcessGroup(inner->rank(), inner->size(), inner->timeout()), inner_(std::move(inner)), recorder_(capacity),
-      dump_dir_(dump_dir.empty() ? flight_recorder_dir() : std::move(dump_dir)) {
+      dump_dir_(dump_dir.empty() ? flight_recorder_dir() : std::move(dump_dir)), group_(std::move(group)) {
   install_sigusr1_dumper();
   std::lock_guard<std::mutex> lock(g_groups_mu);
   g_groups.push_back(this);
@@ -124,16 +126,18 @@ TracedProcessGroup::~TracedProcessGroup() {
 }
 
 std::string TracedProcessGroup::dump_flight_recorder() const {
-  return recorder_.dump(dump_dir_, rank_, size_, inner_->backend());
+  return recorder_.dump(dump_dir_, rank_, size_, inner_->backend(), group_);
 }
 
 void TracedProcessGroup::on_failure(const WorkPtr& work, const std::string& error) {
   recorder_.mark_failed(work, error);
   try {
-    std::fprintf(stderr, "flight recorder: rank %d: %s #%llu failed; wrote %s\n", rank_, work->name().c_str(),
-                 static_cast<unsigned long long>(work->seq()), dump_flight_recorder().c_str());
+    std::fprintf(stderr, "flight recorder: rank %d (%s): %s #%llu failed; wrote %s\n", group_.global_rank(rank_),
+                 group_.name.c_str(), work->name().c_str(), static_cast<unsigned long long>(work->seq()),
+                 dump_flight_recorder().c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "flight recorder: rank %d: dump failed: %s\n", rank_, e.what());
+    std::fprintf(stderr, "flight recorder: rank %d (%s): dump failed: %s\n", group_.global_rank(rank_),
+                 group_.name.c_str(), e.what());
   }
 }
 
@@ -187,6 +191,11 @@ WorkPtr TracedProcessGroup::barrier() { return observe("barrier", inner_->barrie
 
 std::shared_ptr<TracedProcessGroup> trace_process_group(std::shared_ptr<ProcessGroup> pg) {
   KILN_CHECK(pg != nullptr, "trace_process_group: the process group is null");
+  if (is_initialized() && pg == default_group())
+    set_new_group_wrapper([](std::shared_ptr<ProcessGroup> group, int id, const std::vector<int>& ranks) {
+      return std::make_shared<TracedProcessGroup>(std::move(group), flight_recorder_capacity(), "",
+                                                  FlightGroup{fmt::format("group{}", id), ranks});
+    });
   return std::make_shared<TracedProcessGroup>(std::move(pg), flight_recorder_capacity(), "");
 }
 

@@ -2,6 +2,8 @@
 // flight recorder, and, while a kiln::profiler::Profiler records, onto the trace's collective
 // and send/receive tracks (start and end as the backend ran it). A wait that throws dumps the
 // flight recorder before rethrowing; so does SIGUSR1 (every traced group of the process).
+// Tracing the default group traces every group new_group makes after it (the pipeline's stage
+// and replica groups, say): each keeps its own ring and dumps to its own file.
 //
 //   auto pg = dist::trace_process_group(dist::init_process_group());
 //   dist::align_profiler_clock(*pg);  // the ranks' traces share a time origin
@@ -17,8 +19,10 @@ namespace kiln::dist {
 
 class TracedProcessGroup final : public ProcessGroup {
  public:
-  /// `dump_dir` "": flight_recorder_dir(); capacity: flight_recorder_capacity() when 0 is not meant.
-  TracedProcessGroup(std::shared_ptr<ProcessGroup> inner, size_t capacity, std::string dump_dir);
+  /// `dump_dir` "": flight_recorder_dir(); capacity: flight_recorder_capacity() when 0 is not meant;
+  /// `group`: which group this is, for the dump (the default group unless new_group made it).
+  TracedProcessGroup(std::shared_ptr<ProcessGroup> inner, size_t capacity, std::string dump_dir,
+                     FlightGroup group = {});
   ~TracedProcessGroup() override;
 
   std::string backend() const override { return inner_->backend(); }
@@ -35,6 +39,7 @@ class TracedProcessGroup final : public ProcessGroup {
 
   ProcessGroup& inner() { return *inner_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
+  const FlightGroup& flight_group() const { return group_; }
   /// Writes this rank's flight recorder dump; returns its path.
   std::string dump_flight_recorder() const;
   /// A wait on `work` threw: marks it failed in the recorder and dumps (TracedWork calls it).
@@ -45,10 +50,12 @@ class TracedProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> inner_;
   FlightRecorder recorder_;
   std::string dump_dir_;
+  FlightGroup group_;
 };
 
 /// Wraps `pg` with the flight recorder sized by $KILN_FLIGHT_RECORDER_ENTRIES (default 2000),
-/// dumping to flight_recorder_dir().
+/// dumping to flight_recorder_dir(). When `pg` is the default group, every later new_group is
+/// wrapped too (until destroy_process_group).
 std::shared_ptr<TracedProcessGroup> trace_process_group(std::shared_ptr<ProcessGroup> pg);
 
 /// A barrier, then every rank sets its profiler clock's origin to the moment it left it: the

@@ -59,7 +59,7 @@ Tensor cat_autograd(const std::vector<Tensor>& xs, int64_t dim) {
   Tensor out = forward_no_grad([&] { return op::cat.forward(xs, dim); });
   const int64_t d = wrap_dim(dim, out.dim(), "cat");
   IntList sizes;
-  for (const Tensor& x : xs) sizes.push_back(x.dim() == 0 || x.numel() == 0 && x.dim() == 1 ? 0 : x.size(d));
+  for (const Tensor& x : xs) sizes.push_back((x.dim() == 0 || (x.numel() == 0 && x.dim() == 1)) ? 0 : x.size(d));
   record("CatBackward", xs, {out}, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
     std::vector<Tensor> grads;
     int64_t offset = 0;

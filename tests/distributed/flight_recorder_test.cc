@@ -112,6 +112,63 @@ TEST_CASE("a rank that skips a collective and a rank that calls it with another 
   CHECK(text.find("collective #2 disagrees between ranks") != std::string::npos);
 }
 
+TEST_CASE("every group new_group makes after the default group is traced keeps its own ring") {
+  const std::string dir = test::scratch_dir("flight_subgroups");
+  auto results = test::run_ranks(
+      4,
+      [dir](int rank, int) {
+        setenv("KILN_SHM_ALLREDUCE", "0", 1);
+        setenv("KILN_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
+        dist::InitOptions o;
+        o.timeout = std::chrono::seconds(3);
+        auto world = dist::trace_process_group(dist::init_process_group(o));
+        auto evens = dist::new_group({0, 2});  // group0
+        auto odds = dist::new_group({1, 3});   // group1
+        auto mine = rank % 2 == 0 ? evens : odds;
+        auto* traced = dynamic_cast<dist::TracedProcessGroup*>(mine.get());
+        expect(traced != nullptr, "rank {}: the subgroup is not traced", rank);
+        expect(traced->flight_group().name == (rank % 2 == 0 ? "group0" : "group1"), "rank {}: group named {}", rank,
+               traced->flight_group().name);
+        Tensor t = ones({4});
+        world->allreduce(t)->wait();
+        mine->allreduce(t)->wait();  // #1 of each subgroup
+        if (rank == 3) {  // skips group1's #2 and dumps on SIGUSR1: the world's ring and group1's
+          raise(SIGUSR1);
+          expect(wait_for_file(fmt::format("{}/flight_recorder.rank3.group1.json", dir), 10) &&
+                     wait_for_file(fmt::format("{}/flight_recorder.rank3.json", dir), 10),
+                 "rank 3: no dumps after SIGUSR1");
+        } else if (rank == 1) {
+          bool failed = false;
+          try {
+            mine->allreduce(ones({6}))->wait();
+          } catch (const Error&) {
+            failed = true;
+          }
+          expect(failed, "rank 1: group1's allreduce #2 should have failed");
+          expect(std::filesystem::exists(fmt::format("{}/flight_recorder.rank1.group1.json", dir)),
+                 "rank 1: no group1 dump after the failure");
+          return;
+        } else {
+          mine->allreduce(ones({5}))->wait();  // group0's #2 completes on both members
+          traced->dump_flight_recorder();
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(5));  // alive until rank 1 gave up
+      },
+      90, "flight_recorder_subgroups");
+  test::require_all_ok(results);
+
+  dist::FlightReport report = dist::analyze_flight_records(dist::read_flight_records({dir}));
+  INFO(report.text());
+  REQUIRE(report.findings.size() == 1);  // group0 and the world agree; group1 has rank 3 behind
+  const dist::FlightFinding& f = report.findings[0];
+  CHECK(f.kind == "behind");
+  CHECK(f.group == "group1");
+  CHECK(f.seq == 2);
+  CHECK(f.ranks == std::vector<int>{3});
+  CHECK(f.message.find("group1 (ranks 1, 3): rank 3 behind: never issued collective #2 (allreduce [6] f32), "
+                       "which rank 1 issued") != std::string::npos);
+}
+
 TEST_CASE("the tool refuses a directory without dumps, naming it") {
   const std::string dir = test::scratch_dir("flight_empty");
   CHECK_THROWS_WITH_AS(dist::read_flight_records({dir}), doctest::Contains(dir.c_str()), Error);
