@@ -16,6 +16,7 @@
 #include "distributed/init.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_hf.h"
+#include "examples/gpt_pipeline.h"
 #include "examples/gpt_sample.h"
 #include "examples/mixed_precision.h"
 #include "nn/checkpoint.h"
@@ -35,11 +36,11 @@ std::string run_signature(const TrainConfig& c, int64_t t) {
                      g.block_size, g.vocab_size, t, c.seed);
 }
 
-/// AdamW with weight decay on the matrices of the linear layers only (not biases, LayerNorms or the
-/// embeddings, the tied head included).
-std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, GPT& model) {
+}  // namespace
+
+std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named) {
   std::vector<Tensor> decay, no_decay;
-  for (auto& [name, p] : model.named_parameters())
+  for (auto& [name, p] : named)
     (p.dim() >= 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
   std::vector<optim::ParamGroup> groups{{decay, {{"weight_decay", c.weight_decay}}}, {no_decay, {{"weight_decay", 0.0}}}};
   return std::make_unique<optim::AdamW>(groups, optim::AdamOptions(c.lr).set_betas(c.beta1, c.beta2).set_eps(1e-8));
@@ -51,8 +52,6 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-}  // namespace
-
 double lr_at(const TrainConfig& c, int64_t step) {
   if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   if (step >= c.max_steps) return c.min_lr;
@@ -62,6 +61,7 @@ double lr_at(const TrainConfig& c, int64_t step) {
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
+  if (config.pipeline_stages > 1) return train_pipeline(config, log);
   TrainConfig c = config;
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
@@ -94,7 +94,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (hf) load_hf(*model, c.init_from_hf);
   model->to(c.device);
   MixedPrecision mp(c.amp, "o1");
-  auto opt = make_optimizer(c, *model);
+  auto opt = make_optimizer(c, model->named_parameters());
 
   nn::TrainingState state;
   if (!c.resume.empty()) {
@@ -236,6 +236,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"device", c.device.str()},
       {"threads", get_num_threads()},
       {"world_size", r.world_size},
+      {"pipeline_stages", c.pipeline_stages},
       {"amp", c.amp},
       {"steps", r.steps_done},
       {"tokens_per_step", r.tokens_per_step},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "core/device.h"
 #include "examples/gpt_model.h"
+#include "optim/adam.h"
 
 namespace kiln::examples::gpt {
 
@@ -35,6 +37,9 @@ struct TrainConfig {
   std::string save_hf;      // at the end, also write the Hugging Face layout here
   std::string amp = "none"; // or "bf16"
   bool ddp = false;
+  int pipeline_stages = 1;          // > 1: one rank per stage (gpt_pipeline.h)
+  int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
+  std::string pipeline_schedule = "1f1b";
   uint64_t seed = 1337;
   int threads = 0;
   Device device;
@@ -64,6 +69,13 @@ double lr_at(const TrainConfig& c, int64_t step);
 
 /// Trains as configured, progress to `log` (rank 0 only). Throws kiln::Error on bad input.
 TrainResult train(const TrainConfig& config, std::ostream& log);
+
+/// AdamW with weight decay on the matrices of the linear layers only (not biases, LayerNorms or the
+/// embeddings, the tied head included), over parameters named as in the GPT.
+std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named);
+
+/// This process's peak resident memory in MB.
+double peak_rss_mb();
 
 /// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
 std::string result_json(const TrainConfig& config, const TrainResult& result);
