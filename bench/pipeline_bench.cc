@@ -8,6 +8,8 @@
 // The step time is rank 0's zero_grad + train_step + optimizer step. --breakdown prints each
 // stage's step split into waits and compute. Rank 0 prints; the last line is JSON.
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,18 +45,34 @@ std::shared_ptr<nn::Sequential> make_model() {
   return m;
 }
 
+// This process's CPU time (all threads, ms) and context switches (voluntary + involuntary: the
+// thread wake-ups a transfer costs show here whatever else runs on the machine).
+struct Usage {
+  double cpu_ms;
+  double switches;
+};
+Usage usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return 1e3 * static_cast<double>(t.tv_sec) + 1e-3 * static_cast<double>(t.tv_usec); };
+  return {ms(u.ru_utime) + ms(u.ru_stime), static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
+}
+
 // One stage's step split by kind (PipelineStats), in ms: blocked on the header, activations,
-// gradients and sends; computing forwards and backwards; the rest (bookkeeping, posting).
-constexpr int kKinds = 7;
-void fill_breakdown(const dist::PipelineStats& st, double* v) {
-  const double parts[kKinds - 1] = {st.header_wait,     st.activation_wait, st.gradient_wait,
-                                    st.send_wait,       st.forward_seconds, st.backward_seconds};
+// gradients and sends; computing forwards and backwards; the rest (bookkeeping, posting); then
+// the process's CPU ms and context switches over the step.
+constexpr int kKinds = 9;
+void fill_breakdown(const dist::PipelineStats& st, const Usage& used, double* v) {
+  v[7] += used.cpu_ms;
+  v[8] += used.switches;
+  const double parts[6] = {st.header_wait,     st.activation_wait, st.gradient_wait,
+                           st.send_wait,       st.forward_seconds, st.backward_seconds};
   double rest = st.step_seconds;
-  for (int k = 0; k < kKinds - 1; ++k) {
+  for (int k = 0; k < 6; ++k) {
     v[k] += 1e3 * parts[k];
     rest -= parts[k];
   }
-  v[kKinds - 1] += 1e3 * rest;
+  v[6] += 1e3 * rest;
 }
 
 void run(int steps, const std::vector<int>& micro, bool breakdown) {
@@ -81,16 +99,19 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
       std::vector<double> step_ms, bubble;
       Tensor parts = zeros({p, kKinds}, dtype(kFloat64));  // every stage's breakdown, summed over steps
       for (int s = 0; s < steps + 1; ++s) {
+        const Usage u0 = usage();
         const double t0 = bench::now_s();
         opt.zero_grad();
         pipe.train_step(x, y, mse);
         opt.step();
         const double seconds = bench::now_s() - t0;
+        const Usage u1 = usage();
         // Idle share of this stage's step, averaged over stages.
         Tensor share = full({1}, pipe.stats().wait_seconds / pipe.stats().step_seconds, dtype(kFloat64));
         pg->allreduce(share)->wait();
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
-        fill_breakdown(pipe.stats(), parts.data_ptr<double>() + pg->rank() * kKinds);
+        fill_breakdown(pipe.stats(), {u1.cpu_ms - u0.cpu_ms, u1.switches - u0.switches},
+                       parts.data_ptr<double>() + pg->rank() * kKinds);
         step_ms.push_back(seconds * 1e3);
         bubble.push_back(share.item<double>() / p);
       }
@@ -110,9 +131,10 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
       if (breakdown) {
         for (int r = 0; r < p && pg->rank() == 0; ++r)
           fmt::print("  stage {} mean ms: header {:.2f} act {:.2f} grad {:.2f} send {:.2f} | fwd {:.2f} bwd {:.2f} "
-                     "other {:.2f}\n", r, v[r * kKinds] / steps, v[r * kKinds + 1] / steps, v[r * kKinds + 2] / steps,
+                     "other {:.2f} | process cpu {:.2f} ms, {:.1f} context switches\n",
+                     r, v[r * kKinds] / steps, v[r * kKinds + 1] / steps, v[r * kKinds + 2] / steps,
                      v[r * kKinds + 3] / steps, v[r * kKinds + 4] / steps, v[r * kKinds + 5] / steps,
-                     v[r * kKinds + 6] / steps);
+                     v[r * kKinds + 6] / steps, v[r * kKinds + 7] / steps, v[r * kKinds + 8] / steps);
       }
       if (pg->rank() == 0) {
         fmt::print("{:6} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}%\n", dist::schedule_name(sched), m, ms,

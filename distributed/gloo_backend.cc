@@ -104,6 +104,13 @@ class P2PWork final : public Work {
       } catch (...) {
       }
   }
+  /// Posting it failed (a peer already gone): wait() rethrows, as for a transfer that fails later.
+  void failed_to_post(const std::exception& e) {
+    std::lock_guard<std::mutex> once(wait_mu_);
+    waited_ = true;
+    finish(std::make_exception_ptr(
+        Error(fmt::format("{} #{} failed on rank {}: {}", name(), seq(), rank_, e.what()))));
+  }
   void wait() override {
     {
       std::lock_guard<std::mutex> once(wait_mu_);
@@ -398,12 +405,16 @@ WorkPtr ProcessGroupGloo::post_p2p(const char* op, Tensor t, int peer, int tag_,
   Tensor h = stage(t);
   std::shared_ptr<gloo::transport::UnboundBuffer> buf =
       context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
-  if (is_send)
-    buf->send(peer, static_cast<uint64_t>(tag_));
-  else
-    buf->recv(peer, static_cast<uint64_t>(tag_));
-  return std::make_shared<P2PWork>(op, ++next_p2p_seq_, rank_, timeout_, std::move(t), std::move(h), std::move(buf),
-                                   is_send);
+  auto work = std::make_shared<P2PWork>(op, ++next_p2p_seq_, rank_, timeout_, std::move(t), h, buf, is_send);
+  try {
+    if (is_send)
+      buf->send(peer, static_cast<uint64_t>(tag_));
+    else
+      buf->recv(peer, static_cast<uint64_t>(tag_));
+  } catch (const std::exception& e) {
+    work->failed_to_post(e);
+  }
+  return work;
 }
 
 WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) { return post_p2p("send", std::move(t), dst, tag_, true); }
