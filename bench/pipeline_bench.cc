@@ -1,15 +1,17 @@
 // Pipeline-parallel step time and bubble over the number of micro-batches, GPipe and 1F1B, on p
 // real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
 // 512) + Tanh) split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
-// work). The measured bubble is the share of the step a stage spent blocked on receives and
-// sends, averaged over stages, beside the ideal (p-1)/(m+p-1) of equal stages and the "model"
-// bubble: the stages' measured forward and backward times replayed through the schedule with
-// free communication (dist::simulated_step_time), the idle share unequal stages cannot avoid.
+// work). The measured bubble is the share of the pipeline's step (the longest stage's
+// train_step) a stage spends not computing (forward and backward), averaged over stages, beside
+// the ideal (p-1)/(m+p-1) of equal stages and the "model" bubble: the stages' measured forward
+// and backward times replayed through the schedule with free communication
+// (dist::simulated_step_time), the idle share unequal stages cannot avoid.
 // The step time is rank 0's zero_grad + train_step + optimizer step. --breakdown prints each
 // stage's step split into waits and compute. Rank 0 prints; the last line is JSON.
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -106,14 +108,22 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
         opt.step();
         const double seconds = bench::now_s() - t0;
         const Usage u1 = usage();
-        // Idle share of this stage's step, averaged over stages.
-        Tensor share = full({1}, pipe.stats().wait_seconds / pipe.stats().step_seconds, dtype(kFloat64));
-        pg->allreduce(share)->wait();
+        // The bubble: the share of the pipeline's step (the longest stage's train_step; every stage
+        // starts it together after the all-reduce below) that a stage does not spend computing,
+        // averaged over stages. Waiting, posting transfers and bookkeeping all count as idle, and
+        // so does a stage's time after its own last action while the others drain.
+        Tensor times = zeros({2 * p}, dtype(kFloat64));
+        times.data_ptr<double>()[pg->rank()] = pipe.stats().forward_seconds + pipe.stats().backward_seconds;
+        times.data_ptr<double>()[p + pg->rank()] = pipe.stats().step_seconds;
+        pg->allreduce(times)->wait();
+        const double* tv = times.data_ptr<double>();
+        double busy = 0, pipeline_step = 0;
+        for (int r = 0; r < p; ++r) busy += tv[r] / p, pipeline_step = std::max(pipeline_step, tv[p + r]);
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
         fill_breakdown(pipe.stats(), {u1.cpu_ms - u0.cpu_ms, u1.switches - u0.switches},
                        parts.data_ptr<double>() + pg->rank() * kKinds);
         step_ms.push_back(seconds * 1e3);
-        bubble.push_back(share.item<double>() / p);
+        bubble.push_back(1 - busy / pipeline_step);
       }
       const double ms = median(step_ms), b = median(bubble), ideal = double(p - 1) / (m + p - 1);
       pg->allreduce(parts)->wait();
