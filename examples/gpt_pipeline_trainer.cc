@@ -126,8 +126,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   };
 
   const auto start = Clock::now();
-  double train_seconds = 0, cpu_seconds = 0;
-  int64_t timed_tokens = 0;
+  StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, c.stop_after_steps) : c.max_steps;
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) { return GPT::loss(logits, y) / static_cast<double>(accum); };
   while (state.step < last) {
@@ -151,11 +150,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     loss_sum = from_last_stage(pipe, comm, {loss_sum})[0];
     const double dt = seconds_since(t0);
     ++state.step;
-    r.step_losses.push_back(loss_sum);
-    if (r.step_losses.size() > 1) {  // the first step warms up
-      train_seconds += dt, timed_tokens += budget;
-      cpu_seconds += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    }
+    times.record(r, loss_sum, dt, static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC, budget);
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% | "
@@ -172,11 +167,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   save();
   out << fmt::format("tied head: the last stage's copy differs from wte by at most {:.3g}\n", tie.divergence());
   r.steps_done = state.step;
-  r.wall_seconds = seconds_since(start);
-  r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
-  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
-  r.mfu = r.tokens_per_sec * flops_per_token / r.peak_flops;
-  r.peak_rss_mb = peak_rss_mb();
+  times.finish(r, flops_per_token, seconds_since(start));
   if (c.sample_tokens > 0) out << "sample: skipped (the model is split across the stages)\n";
   return r;
 }

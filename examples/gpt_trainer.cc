@@ -52,6 +52,19 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
+void StepTimes::record(TrainResult& r, double loss, double wall, double cpu, int64_t tokens) {
+  r.step_losses.push_back(loss);
+  if (r.step_losses.size() > 1) train_seconds += wall, cpu_seconds += cpu, timed_tokens += tokens;
+}
+
+void StepTimes::finish(TrainResult& r, double flops_per_token, double wall) const {
+  r.wall_seconds = wall;
+  r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
+  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
+  r.mfu = r.tokens_per_sec * flops_per_token / r.peak_flops;
+  r.peak_rss_mb = peak_rss_mb();
+}
+
 double lr_at(const TrainConfig& c, int64_t step) {
   if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   if (step >= c.max_steps) return c.min_lr;
@@ -155,8 +168,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   };
 
   const auto start = Clock::now();
-  double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
-  int64_t timed_tokens = 0;
+  StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
   while (state.step < last) {
     const int64_t step = state.step;
@@ -189,11 +201,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     }
     const double dt = seconds_since(t0);
     ++state.step;
-    r.step_losses.push_back(loss_sum);
-    if (r.step_losses.size() > 1) {  // the first step warms up
-      train_seconds += dt, timed_tokens += budget;
-      cpu_seconds += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    }
+    times.record(r, loss_sum, dt, static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC, budget);
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%\n",
@@ -211,11 +219,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("wrote Hugging Face layout to {}\n", c.save_hf);
   }
   r.steps_done = state.step;
-  r.wall_seconds = seconds_since(start);
-  r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
-  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
-  r.mfu = r.tokens_per_sec * model->flops_per_token(t) / r.peak_flops;
-  r.peak_rss_mb = peak_rss_mb();
+  times.finish(r, model->flops_per_token(t), seconds_since(start));
   if (rank == 0 && c.sample_tokens > 0) {
     amp::AutocastGuard autocast = mp.autocast();
     r.sample = generate(*model, c.prompt,

@@ -77,6 +77,17 @@ std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::Nam
 /// This process's peak resident memory in MB.
 double peak_rss_mb();
 
+/// The throughput bookkeeping both training loops (one process, pipelined) share.
+struct StepTimes {
+  double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
+  int64_t timed_tokens = 0;
+  /// Records a step's loss in r and, after the first step (it warms up), its wall and CPU seconds.
+  void record(TrainResult& r, double loss, double wall, double cpu, int64_t tokens);
+  /// Sets r's wall_seconds (the whole run's `wall`), tokens_per_sec, tokens_per_cpu_sec, mfu and
+  /// peak_rss_mb.
+  void finish(TrainResult& r, double flops_per_token, double wall) const;
+};
+
 /// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
 std::string result_json(const TrainConfig& config, const TrainResult& result);
 
