@@ -1,7 +1,6 @@
 // The GPT training loop pipeline-parallel (see gpt_pipeline.h): the loop of gpt_trainer.cc with
 // each batch run by dist::Pipeline, the tied head's gradients summed between the end stages, the
 // norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs.
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -15,9 +14,6 @@
 
 namespace kiln::examples::gpt {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// The last stage's values on every stage.
 std::vector<double> from_last_stage(dist::Pipeline& pipe, Device comm, const std::vector<double>& v) {
@@ -125,14 +121,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("saved {} at step {} (merged weights, the GPT's names)\n", c.save, state.step);
   };
 
-  const auto start = Clock::now();
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, c.stop_after_steps) : c.max_steps;
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) { return GPT::loss(logits, y) / static_cast<double>(accum); };
   while (state.step < last) {
     const int64_t step = state.step;
-    const auto t0 = Clock::now();
-    const std::clock_t c0 = std::clock();
+    times.begin();
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -148,26 +142,21 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     opt->set_lr(lr);
     opt->step();
     loss_sum = from_last_stage(pipe, comm, {loss_sum})[0];
-    const double dt = seconds_since(t0);
+    const double dt = times.record(r, loss_sum, budget);
     ++state.step;
-    times.record(r, loss_sum, dt, static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC, budget);
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% | "
                          "bubble {:.0f}%\n",
                          state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu,
                          100 * pipe.stats().wait_seconds / std::max(pipe.stats().step_seconds, 1e-12));
-    if ((c.eval_every > 0 && state.step % c.eval_every == 0) || state.step == c.max_steps) {
-      const double v = evaluate();
-      r.val_losses.emplace_back(state.step, v);
-      out << fmt::format("step {} | val loss {:.4f} | {:.4f} bits per byte\n", state.step, v, v / std::log(2.0));
-    }
+    validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
   save();
   out << fmt::format("tied head: the last stage's copy differs from wte by at most {:.3g}\n", tie.divergence());
   r.steps_done = state.step;
-  times.finish(r, flops_per_token, seconds_since(start));
+  times.finish(r, flops_per_token);
   if (c.sample_tokens > 0) out << "sample: skipped (the model is split across the stages)\n";
   return r;
 }

@@ -52,13 +52,29 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-void StepTimes::record(TrainResult& r, double loss, double wall, double cpu, int64_t tokens) {
-  r.step_losses.push_back(loss);
-  if (r.step_losses.size() > 1) train_seconds += wall, cpu_seconds += cpu, timed_tokens += tokens;
+void validate_if_due(const TrainConfig& c, int64_t step, const std::function<double()>& evaluate, TrainResult& r,
+                     std::ostream& out) {
+  if (!((c.eval_every > 0 && step % c.eval_every == 0) || step == c.max_steps)) return;
+  const double v = evaluate();
+  r.val_losses.emplace_back(step, v);
+  out << fmt::format("step {} | val loss {:.4f} | {:.4f} bits per byte\n", step, v, v / std::log(2.0));
 }
 
-void StepTimes::finish(TrainResult& r, double flops_per_token, double wall) const {
-  r.wall_seconds = wall;
+void StepTimes::begin() {
+  step_start = Clock::now();
+  step_cpu_start = std::clock();
+}
+
+double StepTimes::record(TrainResult& r, double loss, int64_t tokens) {
+  const double wall = seconds_since(step_start);
+  const double cpu = static_cast<double>(std::clock() - step_cpu_start) / CLOCKS_PER_SEC;
+  r.step_losses.push_back(loss);
+  if (r.step_losses.size() > 1) train_seconds += wall, cpu_seconds += cpu, timed_tokens += tokens;
+  return wall;
+}
+
+void StepTimes::finish(TrainResult& r, double flops_per_token) const {
+  r.wall_seconds = seconds_since(run_start);
   r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
   r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
   r.mfu = r.tokens_per_sec * flops_per_token / r.peak_flops;
@@ -167,13 +183,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("saved {} at step {}\n", c.save, state.step);
   };
 
-  const auto start = Clock::now();
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
   while (state.step < last) {
     const int64_t step = state.step;
-    const auto t0 = Clock::now();
-    const std::clock_t c0 = std::clock();
+    times.begin();
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -199,18 +213,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
       loss_sum = l.item<double>();
     }
-    const double dt = seconds_since(t0);
+    const double dt = times.record(r, loss_sum, budget);
     ++state.step;
-    times.record(r, loss_sum, dt, static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC, budget);
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%\n",
                          state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu);
-    if ((c.eval_every > 0 && state.step % c.eval_every == 0) || state.step == c.max_steps) {
-      const double v = evaluate();
-      r.val_losses.emplace_back(state.step, v);
-      out << fmt::format("step {} | val loss {:.4f} | {:.4f} bits per byte\n", state.step, v, v / std::log(2.0));
-    }
+    validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
   save();
@@ -219,7 +228,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("wrote Hugging Face layout to {}\n", c.save_hf);
   }
   r.steps_done = state.step;
-  times.finish(r, model->flops_per_token(t), seconds_since(start));
+  times.finish(r, model->flops_per_token(t));
   if (rank == 0 && c.sample_tokens > 0) {
     amp::AutocastGuard autocast = mp.autocast();
     r.sample = generate(*model, c.prompt,

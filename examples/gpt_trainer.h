@@ -4,7 +4,10 @@
 // //distributed:launch, periodic validation, checkpoints that resume exactly, a sample at the end.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <ctime>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -77,15 +80,25 @@ std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::Nam
 /// This process's peak resident memory in MB.
 double peak_rss_mb();
 
+/// After optimizer step `step` (counted from 1): when a validation is due (every eval_every steps
+/// and at max_steps), runs `evaluate`, records and logs the loss.
+void validate_if_due(const TrainConfig& c, int64_t step, const std::function<double()>& evaluate, TrainResult& r,
+                     std::ostream& out);
+
 /// The throughput bookkeeping both training loops (one process, pipelined) share.
 struct StepTimes {
   double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
   int64_t timed_tokens = 0;
-  /// Records a step's loss in r and, after the first step (it warms up), its wall and CPU seconds.
-  void record(TrainResult& r, double loss, double wall, double cpu, int64_t tokens);
-  /// Sets r's wall_seconds (the whole run's `wall`), tokens_per_sec, tokens_per_cpu_sec, mfu and
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now(), step_start;
+  std::clock_t step_cpu_start = 0;
+  /// At the start of a step.
+  void begin();
+  /// At its end: records its loss in r and, after the first step (it warms up), its wall and CPU
+  /// seconds. Returns its wall seconds.
+  double record(TrainResult& r, double loss, int64_t tokens);
+  /// Sets r's wall_seconds (since this was made), tokens_per_sec, tokens_per_cpu_sec, mfu and
   /// peak_rss_mb.
-  void finish(TrainResult& r, double flops_per_token, double wall) const;
+  void finish(TrainResult& r, double flops_per_token) const;
 };
 
 /// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
