@@ -1,10 +1,17 @@
 // Pipeline-parallel step time and bubble over the number of micro-batches, GPipe and 1F1B, on p
 // real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
 // 512) + Tanh) split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
-// work). The measured bubble is the share of the step a stage spent blocked on receives and
-// sends, averaged over stages, beside the ideal (p-1)/(m+p-1); the step time is rank 0's
-// zero_grad + train_step + optimizer step. Rank 0 prints; the last line is JSON.
+// work). The measured bubble is the share of the pipeline's step (the longest stage's
+// train_step) a stage spends not computing (forward and backward), averaged over stages, beside
+// the ideal (p-1)/(m+p-1) of equal stages and the "model" bubble: the stages' measured forward
+// and backward times replayed through the schedule with free communication
+// (dist::simulated_step_time), the idle share unequal stages cannot avoid.
+// The step time is rank 0's zero_grad + train_step + optimizer step. --breakdown prints each
+// stage's step split into waits and compute. Rank 0 prints; the last line is JSON.
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -40,7 +47,37 @@ std::shared_ptr<nn::Sequential> make_model() {
   return m;
 }
 
-void run(int steps, const std::vector<int>& micro) {
+// This process's CPU time (all threads, ms) and context switches (voluntary + involuntary: the
+// thread wake-ups a transfer costs show here whatever else runs on the machine).
+struct Usage {
+  double cpu_ms;
+  double switches;
+};
+Usage usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return 1e3 * static_cast<double>(t.tv_sec) + 1e-3 * static_cast<double>(t.tv_usec); };
+  return {ms(u.ru_utime) + ms(u.ru_stime), static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
+}
+
+// One stage's step split by kind (PipelineStats), in ms: blocked on the header, activations,
+// gradients and sends; computing forwards and backwards; the rest (bookkeeping, posting); then
+// the process's CPU ms and context switches over the step.
+constexpr int kKinds = 9;
+void fill_breakdown(const dist::PipelineStats& st, const Usage& used, double* v) {
+  v[7] += used.cpu_ms;
+  v[8] += used.switches;
+  const double parts[6] = {st.header_wait,     st.activation_wait, st.gradient_wait,
+                           st.send_wait,       st.forward_seconds, st.backward_seconds};
+  double rest = st.step_seconds;
+  for (int k = 0; k < 6; ++k) {
+    v[k] += 1e3 * parts[k];
+    rest -= parts[k];
+  }
+  v[6] += 1e3 * rest;
+}
+
+void run(int steps, const std::vector<int>& micro, bool breakdown) {
   auto pg = dist::init_process_group();
   const int p = pg->size();
   std::string json;
@@ -48,8 +85,8 @@ void run(int steps, const std::vector<int>& micro) {
     fmt::print("Pipeline step, {} stages x 1 thread, Gloo on 127.0.0.1, MLP 16 layers (8 x 512x512), {} rows per "
                "micro-batch; median of {} steps\n",
                p, kRows, steps);
-    fmt::print("{:6} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8}\n", "sched", "m", "step ms", "samples/s", "bubble",
-               "ideal", "ratio");
+    fmt::print("{:6} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8} {:>9}\n", "sched", "m", "step ms", "samples/s", "bubble",
+               "ideal", "ratio", "model");
   }
   for (dist::Schedule sched : {dist::Schedule::kGPipe, dist::Schedule::k1F1B}) {
     for (int m : micro) {
@@ -62,26 +99,59 @@ void run(int steps, const std::vector<int>& micro) {
       Tensor x = randn({m * kRows, kWidth}, {}, &g), y = randn({m * kRows, kWidth}, {}, &g);
       auto mse = [](const Tensor& out, const Tensor& t) { return nn::functional::mse_loss(out, t); };
       std::vector<double> step_ms, bubble;
+      Tensor parts = zeros({p, kKinds}, dtype(kFloat64));  // every stage's breakdown, summed over steps
       for (int s = 0; s < steps + 1; ++s) {
+        const Usage u0 = usage();
         const double t0 = bench::now_s();
         opt.zero_grad();
         pipe.train_step(x, y, mse);
         opt.step();
         const double seconds = bench::now_s() - t0;
-        // Idle share of this stage's step, averaged over stages.
-        Tensor share = full({1}, pipe.stats().wait_seconds / pipe.stats().step_seconds, dtype(kFloat64));
-        pg->allreduce(share)->wait();
+        const Usage u1 = usage();
+        // The bubble: the share of the pipeline's step (the longest stage's train_step; every stage
+        // starts it together after the all-reduce below) that a stage does not spend computing,
+        // averaged over stages. Waiting, posting transfers and bookkeeping all count as idle, and
+        // so does a stage's time after its own last action while the others drain.
+        Tensor times = zeros({2 * p}, dtype(kFloat64));
+        times.data_ptr<double>()[pg->rank()] = pipe.stats().forward_seconds + pipe.stats().backward_seconds;
+        times.data_ptr<double>()[p + pg->rank()] = pipe.stats().step_seconds;
+        pg->allreduce(times)->wait();
+        const double* tv = times.data_ptr<double>();
+        double busy = 0, pipeline_step = 0;
+        for (int r = 0; r < p; ++r) busy += tv[r] / p, pipeline_step = std::max(pipeline_step, tv[p + r]);
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
+        fill_breakdown(pipe.stats(), {u1.cpu_ms - u0.cpu_ms, u1.switches - u0.switches},
+                       parts.data_ptr<double>() + pg->rank() * kKinds);
         step_ms.push_back(seconds * 1e3);
-        bubble.push_back(share.item<double>() / p);
+        bubble.push_back(1 - busy / pipeline_step);
       }
       const double ms = median(step_ms), b = median(bubble), ideal = double(p - 1) / (m + p - 1);
+      pg->allreduce(parts)->wait();
+      const double* v = parts.data_ptr<double>();
+      // The bubble the schedule cannot avoid on this model: its stages' measured compute replayed
+      // with free communication (unequal stages idle more than (p-1)/(m+p-1)).
+      std::vector<double> fwd(p), bwd(p);
+      double busy = 0;
+      for (int r = 0; r < p; ++r) {
+        fwd[r] = v[r * kKinds + 4] / steps / m;
+        bwd[r] = v[r * kKinds + 5] / steps / m;
+        busy += m * (fwd[r] + bwd[r]) / p;
+      }
+      const double sim = 1 - busy / dist::simulated_step_time(sched, m, fwd, bwd);
+      if (breakdown) {
+        for (int r = 0; r < p && pg->rank() == 0; ++r)
+          fmt::print("  stage {} mean ms: header {:.2f} act {:.2f} grad {:.2f} send {:.2f} | fwd {:.2f} bwd {:.2f} "
+                     "other {:.2f} | process cpu {:.2f} ms, {:.1f} context switches\n",
+                     r, v[r * kKinds] / steps, v[r * kKinds + 1] / steps, v[r * kKinds + 2] / steps,
+                     v[r * kKinds + 3] / steps, v[r * kKinds + 4] / steps, v[r * kKinds + 5] / steps,
+                     v[r * kKinds + 6] / steps, v[r * kKinds + 7] / steps, v[r * kKinds + 8] / steps);
+      }
       if (pg->rank() == 0) {
-        fmt::print("{:6} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f}\n", dist::schedule_name(sched), m, ms,
-                   m * kRows / (ms / 1e3), 100 * b, 100 * ideal, ideal > 0 ? b / ideal : 0.0);
+        fmt::print("{:6} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}%\n", dist::schedule_name(sched), m, ms,
+                   m * kRows / (ms / 1e3), 100 * b, 100 * ideal, ideal > 0 ? b / ideal : 0.0, 100 * sim);
         json += fmt::format("{}{{\"schedule\": \"{}\", \"micro_batches\": {}, \"step_ms\": {:.3f}, \"bubble\": {:.4f}, "
-                            "\"ideal_bubble\": {:.4f}}}",
-                            json.empty() ? "" : ", ", dist::schedule_name(sched), m, ms, b, ideal);
+                            "\"ideal_bubble\": {:.4f}, \"model_bubble\": {:.4f}}}",
+                            json.empty() ? "" : ", ", dist::schedule_name(sched), m, ms, b, ideal, sim);
       }
     }
   }
@@ -100,6 +170,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro", micro, "micro-batch counts, comma separated")
       ->delimiter(',')
       ->check(cli::range(1, 4096));
+  bool breakdown = false;
+  app.add_flag("--breakdown", breakdown, "print each stage's mean step split into waits and compute");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  return bench::run_on_ranks(stages, [&] { run(steps, micro); }, "pipeline_bench");
+  return bench::run_on_ranks(stages, [&] { run(steps, micro, breakdown); }, "pipeline_bench");
 }

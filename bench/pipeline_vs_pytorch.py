@@ -2,7 +2,8 @@
 """Kiln's pipeline (//bench:pipeline_bench) against PyTorch's torch.distributed.pipelining
 (bench/pytorch_pipeline.py) on the same model, split, micro-batches and machine, run one after
 the other: step time per schedule and micro-batch count, the ratio, and Kiln's measured bubble
-beside the ideal. PyTorch comes from the same environment as vs_pytorch.py; ends with one JSON line."""
+beside the ideal of equal stages and the model's (its measured stage times replayed through the
+schedule with free communication). PyTorch comes from the same environment as vs_pytorch.py; ends with one JSON line."""
 import argparse
 import json
 
@@ -22,7 +23,8 @@ def main():
     kiln = last_json([a.kiln_bin] + common)["results"]
     torch = {(r["schedule"], r["micro_batches"]): r for r in last_json([py, a.pytorch_script] + common)["results"]}
     print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps")
-    print(f"{'sched':6} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7}")
+    print(f"{'sched':6} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7} "
+          f"{'model':>7}")
     rows = []
     for k in kiln:
         t = torch.get((k["schedule"], k["micro_batches"]), {})
@@ -31,7 +33,7 @@ def main():
         rows.append({**k, "pytorch_step_ms": t_ms, "speedup": ratio, "pytorch_error": t.get("error")})
         print(f"{k['schedule']:6} {k['micro_batches']:3} {k['step_ms']:9.2f} "
               f"{(f'{t_ms:9.2f}' if t_ms else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
-              f"{100 * k['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}%")
+              f"{100 * k['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * k['model_bubble']:6.1f}%")
     print(json.dumps({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages, "results": rows}))
 
 

@@ -84,6 +84,64 @@ void check_avg(const char* op, ReduceOp rop, const Tensor& t) {
              t.dtype());
 }
 
+/// A send or receive posted on the caller's thread (as torch's Gloo SendWork/RecvWork). wait()
+/// blocks on Gloo's buffer itself, so the transport's completion wakes the waiting thread
+/// directly: no hand-off through a worker thread on the way in or out. It completes when waited
+/// (is_completed() is false until then).
+class P2PWork final : public Work {
+ public:
+  P2PWork(const char* name, uint64_t seq, int rank, Millis timeout, Tensor user, Tensor host,
+          std::shared_ptr<gloo::transport::UnboundBuffer> buf, bool is_send)
+      : Work(name, seq), rank_(rank), timeout_(timeout), user_(std::move(user)), host_(std::move(host)),
+        buf_(std::move(buf)), is_send_(is_send) {
+    mark_started();
+  }
+  ~P2PWork() override {
+    // Gloo may still read a send's memory: an unwaited send is finished here (a receive's buffer
+    // is dropped from Gloo's pending list with it).
+    if (is_send_) try {
+        wait();
+      } catch (...) {
+      }
+  }
+  /// Posting it failed (a peer already gone): wait() rethrows, as for a transfer that fails later.
+  void failed_to_post(const std::exception& e) {
+    std::lock_guard<std::mutex> once(wait_mu_);
+    waited_ = true;
+    finish(std::make_exception_ptr(
+        Error(fmt::format("{} #{} failed on rank {}: {}", name(), seq(), rank_, e.what()))));
+  }
+  void wait() override {
+    {
+      std::lock_guard<std::mutex> once(wait_mu_);
+      if (!waited_) {
+        waited_ = true;
+        std::exception_ptr error;
+        try {
+          const bool ok = is_send_ ? buf_->waitSend(timeout_) : buf_->waitRecv(timeout_);
+          if (!ok) fail("{} was aborted", name());
+          if (!is_send_) unstage(user_, host_);
+        } catch (const std::exception& e) {
+          const double s = std::chrono::duration<double>(Clock::now() - started()).count();
+          error = std::make_exception_ptr(
+              Error(fmt::format("{} #{} failed after {:.1f} s on rank {}: {}", name(), seq(), s, rank_, e.what())));
+        }
+        finish(error);
+      }
+    }
+    Work::wait();
+  }
+
+ private:
+  int rank_;
+  Millis timeout_;
+  Tensor user_, host_;
+  std::shared_ptr<gloo::transport::UnboundBuffer> buf_;
+  bool is_send_;
+  std::mutex wait_mu_;
+  bool waited_ = false;
+};
+
 }  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options)
@@ -135,7 +193,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                       "connecting: {}", rank, size, e.what()));
   }
   worker_ = std::thread([this] { worker_loop(); });
-  p2p_worker_ = std::thread([this] { p2p_loop(); });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -146,35 +203,21 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   }
   cv_.notify_all();
   worker_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    p2p_stop_ = true;
-  }
-  cv_.notify_all();
-  p2p_worker_.join();
 }
 
-WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later) {
-  // Sends and receives involve two ranks only: numbering them with the collectives would give
-  // the next collective a different sequence number (and Gloo tag) on each rank.
-  auto work = std::make_shared<Work>(name, completes_later ? ++next_p2p_seq_ : ++next_seq_);
+WorkPtr ProcessGroupGloo::enqueue(const char* name, std::function<void(const Task&)> run) {
+  auto work = std::make_shared<Work>(name, ++next_seq_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     KILN_CHECK(!stop_, "{}: the process group is shut down", name);
-    queue_.push_back(Task{work, std::move(run), completes_later});
+    queue_.push_back(Task{work, std::move(run)});
   }
-  cv_.notify_all();
+  cv_.notify_one();  // the worker is the only waiter
   return work;
 }
 
 void ProcessGroupGloo::fail_work(const Task& task, const std::exception& e) {
   double seconds = std::chrono::duration<double>(Work::Clock::now() - task.work->started()).count();
-  if (task.completes_later) {  // point to point: the peer is named by the caller's arguments
-    task.work->finish(std::make_exception_ptr(
-        Error(fmt::format("{} #{} failed after {:.1f} s on rank {}: {}", task.work->name(), task.work->seq(), seconds,
-                          rank_, e.what()))));
-    return;
-  }
   std::string msg = arrivals_->describe_failure(task.work->name(), task.work->seq(), seconds, e.what());
   try {
     rethrow_classified(e, std::move(msg));  // the caller of wait() gets the same kind of error
@@ -195,27 +238,7 @@ void ProcessGroupGloo::worker_loop() {
       queue_.pop_front();
     }
     task.work->mark_started();
-    if (!task.completes_later) arrivals_->entered(task.work->seq());
-    try {
-      task.run(task);
-      if (!task.completes_later) task.work->finish();
-    } catch (const std::exception& e) {
-      fail_work(task, e);
-    }
-  }
-}
-
-void ProcessGroupGloo::p2p_loop() {
-  NoGradGuard no_grad;
-  while (true) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return p2p_stop_ || !p2p_queue_.empty(); });
-      if (p2p_queue_.empty()) return;
-      task = std::move(p2p_queue_.front());
-      p2p_queue_.pop_front();
-    }
+    arrivals_->entered(task.work->seq());
     try {
       task.run(task);
       task.work->finish();
@@ -372,40 +395,31 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
   });
 }
 
-WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) {
-  check_tensor("send", t);
-  check_rank("send", "destination", dst, size_);
-  KILN_CHECK(dst != rank_, "send: rank {} cannot send to itself", rank_);
-  return enqueue("send", [this, t, dst, tag_](const Task& task) {
-    Tensor h = stage(t);
-    std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-        context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
-    buf->send(dst, static_cast<uint64_t>(tag_));
-    std::lock_guard<std::mutex> lock(mu_);
-    p2p_queue_.push_back(Task{task.work, [this, buf, h](const Task&) {
-                                if (!buf->waitSend(timeout_)) kiln::fail("send was aborted");
-                              }, /*completes_later=*/true});
-    cv_.notify_all();
-  }, /*completes_later=*/true);
+// Sends and receives involve two ranks only: they are numbered apart from the collectives (which
+// must carry the same sequence number, and Gloo tag, on every rank) and posted at once on the
+// caller's thread; Gloo matches them per peer and tag in posting order.
+WorkPtr ProcessGroupGloo::post_p2p(const char* op, Tensor t, int peer, int tag_, bool is_send) {
+  check_tensor(op, t);
+  check_rank(op, is_send ? "destination" : "source", peer, size_);
+  KILN_CHECK(peer != rank_, "{}: rank {} cannot {} itself", op, rank_, is_send ? "send to" : "receive from");
+  Tensor h = stage(t);
+  std::shared_ptr<gloo::transport::UnboundBuffer> buf =
+      context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
+  auto work = std::make_shared<P2PWork>(op, ++next_p2p_seq_, rank_, timeout_, std::move(t), h, buf, is_send);
+  try {
+    if (is_send)
+      buf->send(peer, static_cast<uint64_t>(tag_));
+    else
+      buf->recv(peer, static_cast<uint64_t>(tag_));
+  } catch (const std::exception& e) {
+    work->failed_to_post(e);
+  }
+  return work;
 }
 
-WorkPtr ProcessGroupGloo::recv(Tensor t, int src, int tag_) {
-  check_tensor("recv", t);
-  check_rank("recv", "source", src, size_);
-  KILN_CHECK(src != rank_, "recv: rank {} cannot receive from itself", rank_);
-  return enqueue("recv", [this, t, src, tag_](const Task& task) {
-    Tensor h = stage(t);
-    std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-        context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
-    buf->recv(src, static_cast<uint64_t>(tag_));
-    std::lock_guard<std::mutex> lock(mu_);
-    p2p_queue_.push_back(Task{task.work, [this, buf, h, t](const Task&) {
-                                if (!buf->waitRecv(timeout_)) kiln::fail("recv was aborted");
-                                unstage(t, h);
-                              }, /*completes_later=*/true});
-    cv_.notify_all();
-  }, /*completes_later=*/true);
-}
+WorkPtr ProcessGroupGloo::send(Tensor t, int dst, int tag_) { return post_p2p("send", std::move(t), dst, tag_, true); }
+
+WorkPtr ProcessGroupGloo::recv(Tensor t, int src, int tag_) { return post_p2p("recv", std::move(t), src, tag_, false); }
 
 WorkPtr ProcessGroupGloo::barrier() {
   return enqueue("barrier", [this](const Task& task) {

@@ -1,8 +1,9 @@
 // The Gloo backend: CPU tensors over TCP (CUDA tensors are staged through host memory); when
 // every rank is on one host, all-reduces go through shared memory instead (shm_allreduce.h).
 // Collectives run in issue order on one communication thread per group (the thread data
-// parallel overlaps with backward); sends and receives are posted there and completed on a
-// second thread, so a rank may have a send and a receive in flight at once.
+// parallel overlaps with backward); sends and receives are posted at once on the caller's thread
+// and completed by the thread that waits on them (any number in flight), as torch's Gloo group
+// does: a transfer costs no thread hand-off beyond Gloo's own I/O thread.
 #pragma once
 
 #include <condition_variable>
@@ -60,11 +61,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   struct Task {
     WorkPtr work;
     std::function<void(const Task&)> run;
-    bool completes_later = false;  // a posted send/recv, finished by p2p_loop
   };
-  WorkPtr enqueue(const char* name, std::function<void(const Task&)> run, bool completes_later = false);
+  WorkPtr enqueue(const char* name, std::function<void(const Task&)> run);
+  WorkPtr post_p2p(const char* op, Tensor t, int peer, int tag, bool is_send);
   void worker_loop();
-  void p2p_loop();
   void fail_work(const Task& task, const std::exception& e);
   uint32_t tag(uint64_t seq) const { return static_cast<uint32_t>(seq); }
   /// In-place all-reduce of a contiguous host tensor (shared memory or Gloo's ring).
@@ -81,11 +81,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  std::deque<Task> p2p_queue_;  // posted sends/receives awaiting completion
-  bool stop_ = false;      // the worker finishes what is queued, then exits
-  bool p2p_stop_ = false;  // set once the worker has exited
+  bool stop_ = false;  // the worker finishes what is queued, then exits
   std::thread worker_;
-  std::thread p2p_worker_;
 };
 
 }  // namespace kiln::dist

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "distributed/rendezvous.h"
 
 namespace kiln::dist {
@@ -32,7 +33,13 @@ namespace {
   setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  if (o.threads_per_rank > 0) setenv("KILN_NUM_THREADS", std::to_string(o.threads_per_rank).c_str(), 1);
+  if (o.threads_per_rank > 0) {
+    setenv("KILN_NUM_THREADS", std::to_string(o.threads_per_rank).c_str(), 1);  // for what this rank starts
+    // The thread count was read from the environment when the parent started, before the fork:
+    // without this each rank would keep the parent's (every core), and n ranks would run n x cores
+    // compute threads on the cores.
+    set_num_threads(o.threads_per_rank);
+  }
   int code = 0;
   try {
     body(rank, n);

@@ -21,7 +21,8 @@ struct LocalRanksOptions {
   double timeout_s = 120;  // ranks still running after this are killed
   /// Directory for each rank's stderr ("" = leave stderr alone).
   std::string capture_dir;
-  /// KILN_NUM_THREADS for each rank (0 = leave unset).
+  /// Each rank's compute threads (set_num_threads, and KILN_NUM_THREADS for what it starts);
+  /// 0 keeps the parent's setting.
   int threads_per_rank = 1;
 };
 

@@ -270,11 +270,14 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   if (!renegotiate && s < p - 1)
     sends.push_back({pg_->send(zeros({kHeaderLen}, TensorOptions(kInt64).device(comm_device())), s + 1, kHeaderTag),
                      s + 1, 0, "sending the step header"});
-  double wait = header_wait, loss_sum = 0;
+  double loss_sum = 0;
   stats_.live_activations = 0;
   stats_.peak_activations = 0;
+  stats_.header_wait = header_wait;
+  stats_.activation_wait = stats_.gradient_wait = stats_.send_wait = 0;
+  stats_.forward_seconds = stats_.backward_seconds = 0;
   // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
-  auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer) {
+  auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer, double& waited) {
     auto t = Clock::now();
     try {
       w->wait();
@@ -282,17 +285,18 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       fail("Pipeline: stage {} (rank {}) lost stage {}: {} of micro-batch {} failed: {}", s, get_rank(), peer, what,
            micro, e.what());
     }
-    wait += since(t);
+    waited += since(t);
   };
   for (const PipelineAction& a : actions) {
     Micro& mb = mbs[a.micro];
     if (a.forward) {
       if (s > 0) {
-        wait_for(mb.act_recv, "receiving the activation", a.micro, s - 1);
+        wait_for(mb.act_recv, "receiving the activation", a.micro, s - 1, stats_.activation_wait);
         mb.input.set_requires_grad(true);
       } else {
         mb.input = inputs[a.micro];
       }
+      const auto tf = Clock::now();
       Tensor out;
       if (ddp_) {
         auto local = ddp_->no_sync();  // replicas average once, in the step's last backward
@@ -304,19 +308,23 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
         // Each micro-batch's mean loss weighs by its share of the batch: the sum is the batch mean.
         mb.output = loss(out, targets[a.micro]) * (1.0 / m);
         loss_sum += mb.output.item<double>();
+        stats_.forward_seconds += since(tf);
       } else {
         mb.output = out;
+        stats_.forward_seconds += since(tf);
         sends.push_back({pg_->send(out.detach(), s + 1, a.micro), s + 1, a.micro, "sending the activation"});
       }
       stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
     } else {
       if (ddp_ && &a == &actions.back()) ddp_->prepare_for_backward();
+      if (!is_last()) wait_for(mb.grad_recv, "receiving the gradient", a.micro, s + 1, stats_.gradient_wait);
+      const auto tb = Clock::now();
       if (is_last()) {
         autograd::backward({mb.output});
       } else {
-        wait_for(mb.grad_recv, "receiving the gradient", a.micro, s + 1);
         autograd::backward({mb.output}, {mb.grad});
       }
+      stats_.backward_seconds += since(tb);
       if (s > 0) {
         Tensor g = mb.input.grad();
         if (!g.defined()) g = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
@@ -326,9 +334,9 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       --stats_.live_activations;
     }
   }
-  for (const Sent& x : sends) wait_for(x.work, x.what, x.micro, x.peer);
+  for (const Sent& x : sends) wait_for(x.work, x.what, x.micro, x.peer, stats_.send_wait);
   ++stats_.steps;
-  stats_.wait_seconds = wait;
+  stats_.wait_seconds = stats_.header_wait + stats_.activation_wait + stats_.gradient_wait + stats_.send_wait;
   stats_.step_seconds = since(t0);
   return is_last() ? loss_sum : std::numeric_limits<double>::quiet_NaN();
 }

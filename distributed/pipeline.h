@@ -55,7 +55,11 @@ struct PipelineStats {
   int peak_activations = 0;   // the most at once during the last step
   int steps = 0;
   double step_seconds = 0;    // wall time of the last step
-  double wait_seconds = 0;    // of which blocked on receives
+  double wait_seconds = 0;    // of which blocked on receives and sends (the sum of the four below)
+  // The last step's time by kind: blocked on the step header, on activations, on gradients, on
+  // this step's sends at its end; and computing forwards (with the loss) and backwards.
+  double header_wait = 0, activation_wait = 0, gradient_wait = 0, send_wait = 0;
+  double forward_seconds = 0, backward_seconds = 0;
 };
 
 class Pipeline {

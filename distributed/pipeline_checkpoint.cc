@@ -74,11 +74,15 @@ nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path,
                          pipe.stage_module(), opt);
 }
 
-void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state) {
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                            const CheckpointRename& rename) {
   std::exception_ptr error;
   try {
     std::map<std::string, Tensor> mine;
-    for (const auto& [local, t] : pipe.stage_module().state_dict()) mine[pipe.global_name(local)] = t;
+    for (const auto& [local, t] : pipe.stage_module().state_dict()) {
+      const std::string global = pipe.global_name(local), key = rename ? rename(global) : global;
+      if (!key.empty()) mine[key] = t;
+    }
     nn::save_safetensors(part_path(path, pipe.stage()), mine, {});
   } catch (...) {
     error = std::current_exception();

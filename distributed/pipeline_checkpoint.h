@@ -5,6 +5,7 @@
 // on all of them. The merged helpers need a file system every stage sees (one host, or shared).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "distributed/pipeline.h"
@@ -21,9 +22,15 @@ void save_stage_checkpoint(Pipeline& pipe, const std::string& path, const optim:
 /// Each stage restores what save_stage_checkpoint wrote for it (same split required).
 nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path, optim::Optimizer* opt);
 
+/// A stage's global name ("4.weight") as the merged file keys it; "" leaves the tensor out (a
+/// copy of a weight another stage holds, e.g. a tied embedding).
+using CheckpointRename = std::function<std::string(const std::string& global)>;
+
 /// One file at `path` holding every stage's parameters and buffers under the unsplit model's
 /// names (no optimizer state), as nn::save_checkpoint(path, unsplit_model, nullptr, state) would.
-void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state);
+/// `rename` (when given) maps the pipeline's layer-index names to the model's own.
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                            const CheckpointRename& rename = nullptr);
 /// Loads this stage's layers from a merged checkpoint (any split; the file must hold the whole
 /// model) and returns its training state.
 nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path);

@@ -48,4 +48,33 @@ int peak_live(const std::vector<PipelineAction>& actions) {
   return peak;
 }
 
+double simulated_step_time(Schedule schedule, int micro_batches, const std::vector<double>& forward,
+                           const std::vector<double>& backward) {
+  const int p = static_cast<int>(forward.size()), m = micro_batches;
+  KILN_CHECK(p >= 1 && backward.size() == forward.size() && m >= 1,
+             "simulated_step_time: {} forward and {} backward costs for {} micro-batches (one per stage each)", p,
+             backward.size(), m);
+  std::vector<std::vector<PipelineAction>> plan(p);
+  for (int s = 0; s < p; ++s) plan[s] = schedule_actions(schedule, s, p, m);
+  // When each forward / backward ends (negative: not yet run); each stage's next action and clock.
+  std::vector<std::vector<double>> f_end(p, std::vector<double>(m, -1)), b_end = f_end;
+  std::vector<size_t> next(p, 0);
+  std::vector<double> clock(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < plan[s].size()) {
+        const PipelineAction& a = plan[s][next[s]];
+        const double ready = a.forward ? (s == 0 ? 0 : f_end[s - 1][a.micro]) : (s == p - 1 ? f_end[s][a.micro] : b_end[s + 1][a.micro]);
+        if (ready < 0) break;  // waits for a stage not simulated that far yet
+        clock[s] = std::max(clock[s], ready) + (a.forward ? forward[s] : backward[s]);
+        (a.forward ? f_end : b_end)[s][a.micro] = clock[s];
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 }  // namespace kiln::dist

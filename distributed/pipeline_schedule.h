@@ -28,4 +28,13 @@ std::vector<PipelineAction> schedule_actions(Schedule schedule, int stage, int s
 /// The most micro-batches whose activations the action list keeps alive at once.
 int peak_live(const std::vector<PipelineAction>& actions);
 
+/// The step time of a schedule with free communication: stage s spends forward[s] on each
+/// micro-batch's forward and backward[s] on its backward, runs its actions in order, and starts
+/// one once its input is ready (a forward after the previous stage's forward of that micro-batch,
+/// a backward after the next stage's backward of it). With equal stages the idle share of every
+/// stage is (p-1)/(m+p-1); with unequal ones this is the bubble the schedule cannot avoid on
+/// that model. Throws naming the sizes when the vectors do not have one entry per stage.
+double simulated_step_time(Schedule schedule, int micro_batches, const std::vector<double>& forward,
+                           const std::vector<double>& backward);
+
 }  // namespace kiln::dist

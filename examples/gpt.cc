@@ -16,7 +16,7 @@ struct Flags {
   std::string device = "cpu";
   int64_t vocab = 256;
   CLI::Option *n_layer = nullptr, *n_head = nullptr, *n_embd = nullptr, *block = nullptr, *vocab_opt = nullptr,
-              *model = nullptr;
+              *model = nullptr, *micro = nullptr, *schedule = nullptr;
   int64_t layers = 0, heads = 0, embd = 0, block_size = 0;
 
   void declare(CLI::App& app) {
@@ -60,6 +60,15 @@ struct Flags {
         ->check(cli::range<int64_t>(0, 1 << 30));
     app.add_option("--amp", c.amp, "mixed precision: none or bf16 (autocast)")->check(cli::one_of({"none", "bf16"}));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_option("--pipeline-stages", c.pipeline_stages,
+                   "pipeline parallel: the model split into P stages, one rank each under //distributed:launch")
+        ->check(cli::range(1, 64));
+    micro = app.add_option("--micro-batches", c.micro_batches,
+                           "pipeline: micro-batches per --batch-size batch (it must divide by them)")
+                ->check(cli::range(1, 1 << 16));
+    schedule = app.add_option("--pipeline-schedule,--schedule", c.pipeline_schedule,
+                              "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
+                   ->check(cli::one_of({"gpipe", "1f1b"}));
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
     app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
     app.add_option("--device", device, "cpu|cuda|cuda:N")
@@ -91,6 +100,8 @@ struct Flags {
     if (!c.init_from_hf.empty() && (vocab_opt->count() || n_layer->count() || n_head->count() || n_embd->count()))
       return "--init-from-hf takes the model's shape from its config.json: drop the shape flags";
     if (!c.init_from_hf.empty()) c.model = "hf";
+    for (CLI::Option* o : {micro, schedule})
+      if (o->count() > 0 && c.pipeline_stages < 2) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);
     if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))

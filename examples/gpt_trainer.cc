@@ -16,6 +16,7 @@
 #include "distributed/init.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_hf.h"
+#include "examples/gpt_pipeline.h"
 #include "examples/gpt_sample.h"
 #include "examples/mixed_precision.h"
 #include "nn/checkpoint.h"
@@ -35,11 +36,11 @@ std::string run_signature(const TrainConfig& c, int64_t t) {
                      g.block_size, g.vocab_size, t, c.seed);
 }
 
-/// AdamW with weight decay on the matrices of the linear layers only (not biases, LayerNorms or the
-/// embeddings, the tied head included).
-std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, GPT& model) {
+}  // namespace
+
+std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named) {
   std::vector<Tensor> decay, no_decay;
-  for (auto& [name, p] : model.named_parameters())
+  for (auto& [name, p] : named)
     (p.dim() >= 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
   std::vector<optim::ParamGroup> groups{{decay, {{"weight_decay", c.weight_decay}}}, {no_decay, {{"weight_decay", 0.0}}}};
   return std::make_unique<optim::AdamW>(groups, optim::AdamOptions(c.lr).set_betas(c.beta1, c.beta2).set_eps(1e-8));
@@ -51,7 +52,34 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-}  // namespace
+void validate_if_due(const TrainConfig& c, int64_t step, const std::function<double()>& evaluate, TrainResult& r,
+                     std::ostream& out) {
+  if (!((c.eval_every > 0 && step % c.eval_every == 0) || step == c.max_steps)) return;
+  const double v = evaluate();
+  r.val_losses.emplace_back(step, v);
+  out << fmt::format("step {} | val loss {:.4f} | {:.4f} bits per byte\n", step, v, v / std::log(2.0));
+}
+
+void StepTimes::begin() {
+  step_start = Clock::now();
+  step_cpu_start = std::clock();
+}
+
+double StepTimes::record(TrainResult& r, double loss, int64_t tokens) {
+  const double wall = seconds_since(step_start);
+  const double cpu = static_cast<double>(std::clock() - step_cpu_start) / CLOCKS_PER_SEC;
+  r.step_losses.push_back(loss);
+  if (r.step_losses.size() > 1) train_seconds += wall, cpu_seconds += cpu, timed_tokens += tokens;
+  return wall;
+}
+
+void StepTimes::finish(TrainResult& r, double flops_per_token) const {
+  r.wall_seconds = seconds_since(run_start);
+  r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
+  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
+  r.mfu = r.tokens_per_sec * flops_per_token / r.peak_flops;
+  r.peak_rss_mb = peak_rss_mb();
+}
 
 double lr_at(const TrainConfig& c, int64_t step) {
   if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
@@ -62,6 +90,7 @@ double lr_at(const TrainConfig& c, int64_t step) {
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
+  if (config.pipeline_stages > 1) return train_pipeline(config, log);
   TrainConfig c = config;
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
@@ -94,7 +123,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (hf) load_hf(*model, c.init_from_hf);
   model->to(c.device);
   MixedPrecision mp(c.amp, "o1");
-  auto opt = make_optimizer(c, *model);
+  auto opt = make_optimizer(c, model->named_parameters());
 
   nn::TrainingState state;
   if (!c.resume.empty()) {
@@ -154,14 +183,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("saved {} at step {}\n", c.save, state.step);
   };
 
-  const auto start = Clock::now();
-  double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
-  int64_t timed_tokens = 0;
+  StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
   while (state.step < last) {
     const int64_t step = state.step;
-    const auto t0 = Clock::now();
-    const std::clock_t c0 = std::clock();
+    times.begin();
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -187,22 +213,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
       loss_sum = l.item<double>();
     }
-    const double dt = seconds_since(t0);
+    const double dt = times.record(r, loss_sum, budget);
     ++state.step;
-    r.step_losses.push_back(loss_sum);
-    if (r.step_losses.size() > 1) {  // the first step warms up
-      train_seconds += dt, timed_tokens += budget;
-      cpu_seconds += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    }
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%\n",
                          state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu);
-    if ((c.eval_every > 0 && state.step % c.eval_every == 0) || state.step == c.max_steps) {
-      const double v = evaluate();
-      r.val_losses.emplace_back(state.step, v);
-      out << fmt::format("step {} | val loss {:.4f} | {:.4f} bits per byte\n", state.step, v, v / std::log(2.0));
-    }
+    validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
   save();
@@ -211,11 +228,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("wrote Hugging Face layout to {}\n", c.save_hf);
   }
   r.steps_done = state.step;
-  r.wall_seconds = seconds_since(start);
-  r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
-  r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
-  r.mfu = r.tokens_per_sec * model->flops_per_token(t) / r.peak_flops;
-  r.peak_rss_mb = peak_rss_mb();
+  times.finish(r, model->flops_per_token(t));
   if (rank == 0 && c.sample_tokens > 0) {
     amp::AutocastGuard autocast = mp.autocast();
     r.sample = generate(*model, c.prompt,
@@ -236,6 +249,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"device", c.device.str()},
       {"threads", get_num_threads()},
       {"world_size", r.world_size},
+      {"pipeline_stages", c.pipeline_stages},
       {"amp", c.amp},
       {"steps", r.steps_done},
       {"tokens_per_step", r.tokens_per_step},

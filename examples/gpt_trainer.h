@@ -4,7 +4,11 @@
 // //distributed:launch, periodic validation, checkpoints that resume exactly, a sample at the end.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <ctime>
+#include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -12,6 +16,7 @@
 
 #include "core/device.h"
 #include "examples/gpt_model.h"
+#include "optim/adam.h"
 
 namespace kiln::examples::gpt {
 
@@ -35,6 +40,9 @@ struct TrainConfig {
   std::string save_hf;      // at the end, also write the Hugging Face layout here
   std::string amp = "none"; // or "bf16"
   bool ddp = false;
+  int pipeline_stages = 1;          // > 1: one rank per stage (gpt_pipeline.h)
+  int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
+  std::string pipeline_schedule = "1f1b";
   uint64_t seed = 1337;
   int threads = 0;
   Device device;
@@ -64,6 +72,34 @@ double lr_at(const TrainConfig& c, int64_t step);
 
 /// Trains as configured, progress to `log` (rank 0 only). Throws kiln::Error on bad input.
 TrainResult train(const TrainConfig& config, std::ostream& log);
+
+/// AdamW with weight decay on the matrices of the linear layers only (not biases, LayerNorms or the
+/// embeddings, the tied head included), over parameters named as in the GPT.
+std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named);
+
+/// This process's peak resident memory in MB.
+double peak_rss_mb();
+
+/// After optimizer step `step` (counted from 1): when a validation is due (every eval_every steps
+/// and at max_steps), runs `evaluate`, records and logs the loss.
+void validate_if_due(const TrainConfig& c, int64_t step, const std::function<double()>& evaluate, TrainResult& r,
+                     std::ostream& out);
+
+/// The throughput bookkeeping both training loops (one process, pipelined) share.
+struct StepTimes {
+  double train_seconds = 0, cpu_seconds = 0;  // cpu: all threads of this process (contention shows)
+  int64_t timed_tokens = 0;
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now(), step_start;
+  std::clock_t step_cpu_start = 0;
+  /// At the start of a step.
+  void begin();
+  /// At its end: records its loss in r and, after the first step (it warms up), its wall and CPU
+  /// seconds. Returns its wall seconds.
+  double record(TrainResult& r, double loss, int64_t tokens);
+  /// Sets r's wall_seconds (since this was made), tokens_per_sec, tokens_per_cpu_sec, mfu and
+  /// peak_rss_mb.
+  void finish(TrainResult& r, double flops_per_token) const;
+};
 
 /// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
 std::string result_json(const TrainConfig& config, const TrainResult& result);

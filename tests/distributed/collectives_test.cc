@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "distributed/gloo_backend.h"
 #include "distributed/init.h"
 #include "tests/distributed/multiprocess.h"
@@ -35,6 +36,20 @@ Tensor reduce_expected(int world, int64_t n, DType dt, ReduceOp op) {
   }
   if (op == ReduceOp::kAvg) acc = acc / world;
   return acc.to(dt);
+}
+
+TEST_CASE("local ranks compute with threads_per_rank threads, not the parent's count") {
+  // The parent read its count at start-up; each forked rank must use its own (1 by default), or
+  // n ranks would run n x cores compute threads on the machine's cores.
+  const int before = get_num_threads();
+  set_num_threads(3);
+  auto results = test::run_ranks(2, [](int, int) {
+    test::expect(get_num_threads() == 1, "a rank computes with {} threads, want 1", get_num_threads());
+    const char* env = std::getenv("KILN_NUM_THREADS");
+    test::expect(env != nullptr && std::string(env) == "1", "KILN_NUM_THREADS is {}", env ? env : "unset");
+  }, 60, "threads");
+  set_num_threads(before);
+  test::require_all_ok(results);
 }
 
 TEST_CASE("allreduce: every op, dtype and size up to tens of MB, on 3 ranks") {

@@ -78,6 +78,20 @@ TEST_CASE("schedules: 1F1B warms up p-1-s forwards and keeps at most p-s alive; 
   CHECK_THROWS_WITH(dist::parse_schedule("zigzag"), doctest::Contains("'zigzag' is unknown (gpipe or 1f1b)"));
 }
 
+TEST_CASE("simulated step time: (m+p-1)(F+B) for equal stages; the slowest stage paces unequal ones") {
+  for (auto sched : {dist::Schedule::kGPipe, dist::Schedule::k1F1B})
+    for (int p = 1; p <= 4; ++p)
+      for (int m = 1; m <= 16; m *= 2) {
+        const double t = dist::simulated_step_time(sched, m, std::vector<double>(p, 1.0), std::vector<double>(p, 2.0));
+        CHECK(t == doctest::Approx(3.0 * (m + p - 1)));
+      }
+  // Stage 1 twice as slow, GPipe m = 4: its forwards end at 3, 5, 7, 9, its backwards at 13, 17,
+  // 21, 25, and stage 0's last backward at 25 + 2.
+  CHECK(dist::simulated_step_time(dist::Schedule::kGPipe, 4, {1, 2}, {2, 4}) == doctest::Approx(27.0));
+  CHECK_THROWS_WITH(dist::simulated_step_time(dist::Schedule::kGPipe, 4, {1, 2}, {2}),
+                    doctest::Contains("2 forward and 1 backward costs"));
+}
+
 TEST_CASE("balanced boundaries minimise the largest stage's parameter count") {
   CHECK(dist::balanced_boundaries({10, 0, 10, 0, 10, 0, 10}, 2) == std::vector<int>{0, 3, 7});
   CHECK(dist::balanced_boundaries({100, 1, 1, 1, 100}, 3) == std::vector<int>{0, 1, 4, 5});

@@ -1,0 +1,164 @@
+// The GPT training loop pipeline-parallel (see gpt_pipeline.h): the loop of gpt_trainer.cc with
+// each batch run by dist::Pipeline, the tied head's gradients summed between the end stages, the
+// norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs.
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+
+#include "core/parallel.h"
+#include "distributed/init.h"
+#include "distributed/pipeline_checkpoint.h"
+#include "examples/gpt_data.h"
+#include "examples/gpt_pipeline.h"
+#include "examples/gpt_sample.h"
+
+namespace kiln::examples::gpt {
+namespace {
+
+/// The last stage's values on every stage.
+std::vector<double> from_last_stage(dist::Pipeline& pipe, Device comm, const std::vector<double>& v) {
+  Tensor t = tensor(v).to(kFloat64).to(comm);
+  pipe.process_group().broadcast(t, pipe.num_stages() - 1)->wait();
+  return t.to(kCPU).to_vector<double>();
+}
+
+void check_flags(const TrainConfig& c) {
+  const int p = c.pipeline_stages;
+  auto unsupported = [&](bool given, const char* flag) {
+    KILN_CHECK(!given, "--pipeline-stages {}: {} is not supported with the pipelined GPT", p, flag);
+  };
+  unsupported(c.ddp, "--ddp (pipeline x data parallel: see //examples:mnist)");
+  unsupported(c.amp != "none", "--amp");
+  unsupported(!c.resume.empty(), "--resume");
+  unsupported(!c.init_from_hf.empty(), "--init-from-hf");
+  unsupported(!c.save_hf.empty(), "--save-hf");
+  unsupported(c.gpt.checkpoint_activations, "--activation-checkpointing");
+  KILN_CHECK(std::getenv("WORLD_SIZE") != nullptr,
+             "--pipeline-stages {}: WORLD_SIZE is not set; start the stages with `bazel-bin/distributed/launch "
+             "--nproc-per-node {} -- bazel-bin/examples/gpt --pipeline-stages {} ...`",
+             p, p, p);
+  KILN_CHECK(p <= c.gpt.n_layer + 2, "--pipeline-stages {}: the GPT has only {} layers (embedding, {} blocks, head)", p,
+             c.gpt.n_layer + 2, c.gpt.n_layer);
+  KILN_CHECK(c.batch_size % c.micro_batches == 0, "--batch-size {} does not split into --micro-batches {}",
+             c.batch_size, c.micro_batches);
+}
+
+}  // namespace
+
+TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
+  TrainConfig c = config;
+  check_flags(c);
+  if (c.threads > 0) set_num_threads(c.threads);
+  const int64_t t = c.seq_len > 0 ? c.seq_len : c.gpt.block_size;
+  KILN_CHECK(t <= c.gpt.block_size, "--seq-len {} exceeds the model's block size {}", t, c.gpt.block_size);
+  auto pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
+  KILN_CHECK(pg->size() == c.pipeline_stages, "--pipeline-stages {} needs {} ranks (one per stage), the job has {}",
+             c.pipeline_stages, c.pipeline_stages, pg->size());
+  const int rank = pg->rank();
+  const Device comm = c.device.is_cuda() ? c.device : kCPU;
+  std::ostream quiet(nullptr);
+  std::ostream& out = rank == 0 ? log : quiet;
+
+  // Every stage reads the same batches, the ones a single process reads.
+  const Splits data = split_corpus(read_corpus(c.data), t + 1);
+  const std::vector<int64_t> ids = byte_token_ids(false);
+  const int64_t micro_tokens = c.batch_size * t;
+  const int64_t budget = c.total_batch_tokens > 0 ? c.total_batch_tokens : micro_tokens;
+  KILN_CHECK(budget % micro_tokens == 0, "--total-batch-tokens {} is not a multiple of --batch-size x seq-len = {} x {}",
+             budget, c.batch_size, t);
+  const int64_t accum = budget / micro_tokens;
+
+  manual_seed(c.seed);
+  auto model = std::make_shared<GPT>(c.gpt);  // the whole model, initialised as in one process
+  TrainResult r;
+  r.gpt = c.gpt;
+  r.rank = rank, r.world_size = pg->size(), r.grad_accum = accum, r.tokens_per_step = budget;
+  r.params = model->num_parameters();
+  const double flops_per_token = model->flops_per_token(t);
+  dist::PipelineOptions o;
+  o.micro_batches = c.micro_batches;
+  o.schedule = dist::parse_schedule(c.pipeline_schedule);
+  o.device = c.device;
+  dist::Pipeline pipe(gpt_layers(*model), pg, o);
+  model.reset();  // this stage keeps its own layers only
+  TiedHead tie(pipe);
+  const int64_t n_layer = c.gpt.n_layer;
+  nn::NamedTensors named;
+  for (auto& [local, p] : pipe.stage_module().named_parameters()) {
+    const std::string name = gpt_name(pipe.global_name(local), n_layer);
+    named.emplace_back(name.empty() ? "wte.weight (the head's copy)" : name, p);
+  }
+  auto opt = make_optimizer(c, named);
+  const int used_threads = get_num_threads() * pg->size();
+  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
+  if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; pipeline: {} stages ({}), "
+                     "{} micro-batches, {}, layers {} (embedding, blocks, head); {} tokens per step = {} x {} tokens "
+                     "x {} micro-steps\n",
+                     c.model, n_layer, c.gpt.n_head, c.gpt.n_embd, c.gpt.vocab_size, r.params / 1e6, pg->size(),
+                     pg->backend(), c.micro_batches, c.pipeline_schedule, fmt::join(pipe.boundaries(), ","), budget,
+                     c.batch_size, t, accum);
+
+  auto evaluate = [&]() {
+    NoGradGuard g;
+    pipe.stage_module().eval();
+    const int64_t n = std::min(c.eval_batches, sequential_batches(data.val, c.batch_size, t));
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      Batch b = sequential_batch(data.val, ids, c.batch_size, t, i);
+      Tensor logits = pipe.forward(pipe.is_first() ? b.x.to(c.device) : Tensor());
+      if (pipe.is_last()) sum += GPT::loss(logits, b.y.to(c.device)).item<double>();
+    }
+    pipe.stage_module().train();
+    return from_last_stage(pipe, comm, {sum})[0] / static_cast<double>(std::max<int64_t>(n, 1));
+  };
+  nn::TrainingState state;
+  auto save = [&]() {
+    if (c.save.empty()) return;
+    state.rng = default_generator().state();
+    dist::save_merged_checkpoint(pipe, c.save, state,
+                                 [&](const std::string& global) { return gpt_name(global, n_layer); });
+    out << fmt::format("saved {} at step {} (merged weights, the GPT's names)\n", c.save, state.step);
+  };
+
+  StepTimes times;
+  const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, c.stop_after_steps) : c.max_steps;
+  auto loss_fn = [&](const Tensor& logits, const Tensor& y) { return GPT::loss(logits, y) / static_cast<double>(accum); };
+  while (state.step < last) {
+    const int64_t step = state.step;
+    times.begin();
+    opt->zero_grad();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const uint64_t row = static_cast<uint64_t>((step * accum + micro) * c.batch_size);
+      Batch b = random_batch(data.train, ids, c.batch_size, t, c.seed, row);
+      const double l = pipe.train_step(pipe.is_first() ? b.x.to(c.device) : Tensor(),
+                                       pipe.is_last() ? b.y.to(c.device) : Tensor(), loss_fn);
+      if (pipe.is_last()) loss_sum += l;
+    }
+    tie.sync_gradients();
+    const double norm = tie.clip_grad_norm(c.grad_clip);
+    const double lr = lr_at(c, step);
+    opt->set_lr(lr);
+    opt->step();
+    loss_sum = from_last_stage(pipe, comm, {loss_sum})[0];
+    const double dt = times.record(r, loss_sum, budget);
+    ++state.step;
+    const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
+    if (state.step % c.log_every == 0 || state.step == last)
+      out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% | "
+                         "bubble {:.0f}%\n",
+                         state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu,
+                         100 * pipe.stats().wait_seconds / std::max(pipe.stats().step_seconds, 1e-12));
+    validate_if_due(c, state.step, evaluate, r, out);
+    if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
+  }
+  save();
+  out << fmt::format("tied head: the last stage's copy differs from wte by at most {:.3g}\n", tie.divergence());
+  r.steps_done = state.step;
+  times.finish(r, flops_per_token);
+  if (c.sample_tokens > 0) out << "sample: skipped (the model is split across the stages)\n";
+  return r;
+}
+
+}  // namespace kiln::examples::gpt
