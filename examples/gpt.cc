@@ -60,6 +60,8 @@ struct Flags {
         ->check(cli::range<int64_t>(0, 1 << 30));
     app.add_option("--amp", c.amp, "mixed precision: none or bf16 (autocast)")->check(cli::one_of({"none", "bf16"}));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks")
+        ->check(cli::range(0, 1));
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
     app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
     app.add_option("--device", device, "cpu|cuda|cuda:N")
@@ -91,6 +93,7 @@ struct Flags {
     if (!c.init_from_hf.empty() && (vocab_opt->count() || n_layer->count() || n_head->count() || n_embd->count()))
       return "--init-from-hf takes the model's shape from its config.json: drop the shape flags";
     if (!c.init_from_hf.empty()) c.model = "hf";
+    if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);
     if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))

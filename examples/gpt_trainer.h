@@ -1,7 +1,8 @@
 // The GPT trainer's loop (examples/gpt.cc parses the flags): AdamW (no weight decay on biases,
 // LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
 // accumulation up to a token budget per step, bf16 autocast, data parallel under
-// //distributed:launch, periodic validation, checkpoints that resume exactly, a sample at the end.
+// //distributed:launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
+// checkpoints that resume exactly, a sample at the end.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,10 @@ struct TrainConfig {
   std::string save_hf;      // at the end, also write the Hugging Face layout here
   std::string amp = "none"; // or "bf16"
   bool ddp = false;
+  /// ZeRO stage under `ddp`: 0 (off) or 1 (dist::ZeroRedundancyOptimizer: each rank keeps the AdamW
+  /// state of 1/N of the parameters; gradients reduce-scattered, parameters all-gathered). Its
+  /// checkpoints are consolidated: a plain --ddp run resumes them and vice versa.
+  int zero = 0;
   uint64_t seed = 1337;
   int threads = 0;
   Device device;
