@@ -3,8 +3,11 @@
 // Gloo), one compute thread each. Per model it reports the step time of both modes, the total
 // communication time per step (the sum of the bucket all-reduces' run times), the exposed part
 // (how long backward waited for communication after its graph walk ended) and the hidden
-// fraction 1 - exposed/communication. Modes alternate in blocks so drifts hit both alike; the
-// median block is reported. Rank 0 prints; the last line is JSON.
+// fraction 1 - exposed/communication. A third mode times the model alone on every rank at once,
+// with no communication (bench/step_profile.h: forward, backward with each bucket's ready time,
+// optimizer; the slowest rank's), the compute input of //bench:scaling_model. Modes alternate in
+// blocks so drifts hit all alike; the median block is reported. Rank 0 prints; the last line is
+// JSON.
 //   tools/bazel run //bench:ddp_bench [-- --nproc 2 --steps 20 --blocks 5]
 #include <algorithm>
 #include <chrono>
@@ -25,6 +28,7 @@
 #include "distributed/local_ranks.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
+#include "bench/step_profile.h"
 #include "bench/timing.h"
 
 using namespace kiln;
@@ -44,8 +48,8 @@ void run(int steps, int blocks, bool bucket_view) {
     fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
                "of {} steps; gradient_as_bucket_view {}\n",
                pg->size(), blocks, steps, bucket_view ? "on" : "off");
-    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8}\n", "model", "grad MB", "overlap ms",
-               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden");
+    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8} {:>9}\n", "model", "grad MB", "overlap ms",
+               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden", "alone ms");
   }
   for (std::string name : {"mlp", "cnn", "wide_mlp"}) {
     manual_seed(0);
@@ -62,8 +66,13 @@ void run(int steps, int blocks, bool bucket_view) {
     double grad_mb = static_cast<double>(model->num_parameters()) * 4 / (1 << 20);
 
     std::vector<double> step[2], comm[2], exposed[2];
+    std::vector<bench::StepProfile> compute;  // per block: the model alone, no communication
     for (int b = 0; b < blocks; ++b)
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < 3; ++m) {
+        if (m == 2) {
+          compute.push_back(bench::profile_compute(name, pg, steps));
+          continue;
+        }
         dist::DistributedDataParallel& ddp = m == 0 ? overlapped : one_shot;
         auto train_step = [&] {
           opt.zero_grad();
@@ -84,10 +93,12 @@ void run(int steps, int blocks, bool bucket_view) {
       }
     Mode o{median(step[0]), median(comm[0]), median(exposed[0])};
     Mode a{median(step[1]), median(comm[1]), median(exposed[1])};
+    const bench::StepProfile alone = bench::slowest_rank(bench::median_profile(compute), *pg);
     if (pg->rank() == 0) {
       double hidden = o.comm > 0 ? 1 - o.exposed / o.comm : 0;
-      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}%\n", name, grad_mb, o.step, a.step,
-                 a.step / o.step, o.comm, o.exposed, 100 * hidden);
+      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}% {:9.2f}\n", name, grad_mb, o.step,
+                 a.step, a.step / o.step, o.comm, o.exposed, 100 * hidden,
+                 (alone.forward_s + alone.backward_s + alone.optimizer_s) * 1e3);
       results.push_back({{"model", name},
                          {"grad_mb", grad_mb},
                          {"overlap_step_ms", o.step},
@@ -96,7 +107,8 @@ void run(int steps, int blocks, bool bucket_view) {
                          {"comm_ms", o.comm},
                          {"exposed_ms", o.exposed},
                          {"after_backward_comm_ms", a.comm},
-                         {"hidden_fraction", hidden}});
+                         {"hidden_fraction", hidden},
+                         {"compute", bench::to_json(alone)}});
     }
   }
   if (pg->rank() == 0)

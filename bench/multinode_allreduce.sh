@@ -9,8 +9,8 @@
 # their ratio; then 2 nodes x 2 ranks flat ring vs hierarchical (algbw: the user-visible speed).
 # With --json, every run's allreduce_bench JSON line is appended to FILE, tagged with the rate
 # and layout (input for //bench:scaling_model --allreduce); with --ddp-json FILE, //bench:ddp_bench
-# also runs on 2 nodes x 1 rank per rate (short: 3 blocks of 5 steps), its line tagged alike
-# (for scaling_model --ddp).
+# also runs on 2 nodes x 1 rank per rate (short: --ddp-blocks 3 of --ddp-steps 5), its line tagged
+# alike (for scaling_model --ddp).
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 launch="$here/bazel-bin/distributed/launch"
@@ -20,12 +20,16 @@ max_bytes=$((16 << 20))
 json=""
 ddp_json=""
 ddp_bench="$here/bazel-bin/bench/ddp_bench"
+ddp_steps=5
+ddp_blocks=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) rates="$2"; shift 2 ;;
     --max-bytes) max_bytes="$2"; shift 2 ;;
     --json) json="$2"; shift 2 ;;
     --ddp-json) ddp_json="$2"; shift 2 ;;
+    --ddp-steps) ddp_steps="$2"; shift 2 ;;
+    --ddp-blocks) ddp_blocks="$2"; shift 2 ;;
     --launch) launch="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
@@ -91,7 +95,7 @@ for rate in $rates; do
   echo "         link $rate = $link_gbs GB/s each way (hierarchical/flat algbw is 1.5 at best)"
   if [ -n "$ddp_json" ]; then
     [ -x "$ddp_bench" ] || { echo "multinode_allreduce.sh: build //bench:ddp_bench for --ddp-json" >&2; exit 2; }
-    out=$(run_bench 1 0 "$ddp_bench" --steps 5 --blocks 3) || exit 1
+    out=$(run_bench 1 0 "$ddp_bench" --steps "$ddp_steps" --blocks "$ddp_blocks") || exit 1
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["link"]=sys.argv[2]; print(json.dumps(d))' \
       "$out" "$rate" >>"$ddp_json"
     echo "         ddp_bench 2x1 over $rate: $(python3 -c 'import json,sys; print(", ".join("%s %.1f ms" % (r["model"], r["overlap_step_ms"]) for r in json.loads(sys.argv[1])["results"]))' "$out")"

@@ -43,6 +43,7 @@ struct BucketTiming {
 struct StepProfile {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
   std::vector<BucketTiming> buckets;  // in launch order
+  double cpu_s = 0;  // CPU time the process spent in those three phases (0: not measured); not used by predict_step
 };
 
 struct StepPrediction {

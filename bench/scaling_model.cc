@@ -1,100 +1,38 @@
 // Predicts data-parallel step time and scaling efficiency from an α-β model of all-reduce
-// (bench/scaling_math.h): fits α and B to //bench:allreduce_bench measurements, times a model's
-// forward, backward (with the moment each DDP gradient bucket becomes ready) and optimizer step
-// in one process, predicts the DDP step on n ranks with communication overlapped with backward,
-// and checks the prediction against //bench:ddp_bench measurements. Then projects 8-512 GPUs on
-// stated NVLink/InfiniBand figures for ResNet-50- and GPT-2-124M-sized gradients.
+// (bench/scaling_math.h): fits α and B to //bench:allreduce_bench measurements, takes each model's
+// forward, backward (with the moment each DDP gradient bucket becomes ready) and optimizer times
+// by ddp_bench with as many ranks computing at once as its DDP runs had (bench/step_profile.h),
+// predicts the DDP step on n ranks with communication overlapped with backward, and checks the
+// prediction against //bench:ddp_bench measurements. Then projects 8-512 GPUs on stated
+// NVLink/InfiniBand figures for ResNet-50- and GPT-2-124M-sized gradients.
 //   bazel-bin/bench/scaling_model --allreduce ar.jsonl --ddp ddp.jsonl [--cores 2]
 // The JSON-lines files hold the benchmarks' last lines (optionally with a "link" tag, as
 // bench/multinode_allreduce.sh writes); an all-reduce line validates the DDP lines with the
 // same ranks and link.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/scaling_math.h"
-#include "bench/timing.h"
+#include "bench/step_profile.h"
 #include "core/cli.h"
-#include "core/generator.h"
-#include "core/ops.h"
+#include "core/error.h"
 #include "core/parallel.h"
-#include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/rendezvous.h"
-#include "examples/models.h"
-#include "nn/functional.h"
-#include "optim/sgd.h"
 
 using namespace kiln;
 using bench::AlphaBeta;
-using bench::median;
-using bench::now_s;
 
 namespace {
-
-std::shared_ptr<nn::Module> make(const std::string& name) {
-  return name == "wide_mlp" ? std::shared_ptr<nn::Module>(examples::make_wide_mlp(2048))
-                            : std::shared_ptr<nn::Module>(examples::make_model(name));
-}
-
-/// One process, this thread count: forward, backward with each bucket's ready time, optimizer
-/// (medians over `steps`); buckets as DistributedDataParallel makes them (its default options),
-/// batch 128 of 1x28x28 as ddp_bench.
-bench::StepProfile profile(const std::string& name, std::shared_ptr<dist::ProcessGroup> one, int steps) {
-  manual_seed(0);
-  auto model = make(name);
-  std::vector<std::vector<std::string>> buckets;
-  {
-    dist::DistributedDataParallel ddp(model, one);
-    buckets = ddp.bucket_names();
-  }
-  std::map<std::string, size_t> param_index;
-  std::vector<Tensor> params;
-  for (auto& [pname, p] : model->named_parameters()) {
-    param_index[pname] = params.size();
-    params.push_back(p);
-  }
-  std::vector<double> ready(params.size(), 0);
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].register_post_accumulate_grad_hook([&ready, i](const Tensor&) { ready[i] = now_s(); });
-  optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
-  Tensor x = randn({128, 1, 28, 28});
-  Tensor y = randint(0, 10, {128});
-  std::vector<double> fwd, bwd, upd;
-  std::vector<std::vector<double>> bucket_ready(buckets.size());
-  for (int s = 0; s < steps + 1; ++s) {
-    opt.zero_grad();
-    double t0 = now_s();
-    Tensor loss = nn::functional::cross_entropy((*model)(x), y);
-    double t1 = now_s();
-    loss.backward();
-    double t2 = now_s();
-    opt.step();
-    double t3 = now_s();
-    if (s == 0) continue;  // warm-up
-    fwd.push_back(t1 - t0);
-    bwd.push_back(t2 - t1);
-    upd.push_back(t3 - t2);
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      double last = t1;
-      for (auto& pname : buckets[b]) last = std::max(last, ready[param_index.at(pname)]);
-      bucket_ready[b].push_back(last - t1);
-    }
-  }
-  bench::StepProfile p{median(fwd), median(bwd), median(upd), {}};
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    double bytes = 0;
-    for (auto& pname : buckets[b]) bytes += static_cast<double>(params[param_index.at(pname)].numel()) * 4;
-    p.buckets.push_back({median(bucket_ready[b]), bytes});
-  }
-  return p;
-}
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::vector<nlohmann::json> out;
@@ -136,15 +74,72 @@ std::map<std::pair<int, std::string>, AlphaBeta> fit_all(const std::vector<nlohm
   return fits;
 }
 
-/// Per DDP line and model: the prediction with compute from the one-process profile (stretched by
-/// max(1, n / cores)), and with compute taken from the same run's no-overlap mode (its step minus
-/// its communication), which checks the communication and overlap part of the model alone.
+double total(const bench::StepProfile& p) { return p.forward_s + p.backward_s + p.optimizer_s; }
+
+/// The share of the compute's wall time the rank ran on a core ("-" when not measured).
+std::string on_cpu(const bench::StepProfile& p) {
+  return p.cpu_s > 0 ? fmt::format("{:.0f}%", 100 * p.cpu_s / total(p)) : "-";
+}
+
+/// The one-rank compute of each model: from a 1-rank ddp_bench line's compute mode, else timed
+/// here (one process, one thread).
+std::map<std::string, bench::StepProfile> one_rank_profiles(const std::vector<nlohmann::json>& ddp_lines, int steps) {
+  std::map<std::string, bench::StepProfile> out;
+  for (const auto& j : ddp_lines)
+    if (j.at("ranks") == 1)
+      for (const auto& r : j.at("results"))
+        if (r.contains("compute")) out[r.at("model")] = bench::step_profile_from_json(r.at("compute"));
+  std::shared_ptr<dist::ProcessGroup> one;
+  std::map<std::string, std::string> source;
+  for (const std::string m : {"mlp", "cnn", "wide_mlp"}) {
+    source[m] = out.count(m) ? "the 1-rank ddp_bench line" : "timed here";
+    if (out.count(m)) continue;
+    if (!one) {
+      set_num_threads(1);  // as ddp_bench's ranks
+      one = dist::init_process_group(
+          {.init_method = fmt::format("tcp://127.0.0.1:{}", dist::free_tcp_port()), .rank = 0, .world_size = 1});
+    }
+    out[m] = bench::profile_compute(m, one, steps);
+  }
+  fmt::print("\nOne-rank compute (1 thread, batch 128): forward / backward / optimizer ms, on cpu, buckets "
+             "(MB @ ready ms)\n");
+  for (const auto& [m, p] : out) {
+    std::string b;
+    for (auto& x : p.buckets) b += fmt::format(" {:.1f}@{:.1f}", x.bytes / 1e6, x.ready_s * 1e3);
+    fmt::print("{:>9} {:8.2f} {:8.2f} {:6.2f} {:>5} |{} ({})\n", m, p.forward_s * 1e3, p.backward_s * 1e3,
+               p.optimizer_s * 1e3, on_cpu(p), b, source[m]);
+  }
+  return out;
+}
+
+/// Per DDP line and model, the step predicted with three compute inputs: the one-rank profile
+/// stretched by max(1, n / cores) (ranks assumed to get whole cores, as GPUs would); the compute
+/// ddp_bench timed on every rank at once, interleaved with its DDP blocks (the ranks' real
+/// contention, no communication), alone and plus DDP's per-step overhead fitted on the 1-rank line
+/// (n > 1 only: on one rank it is the fit); and the same run's no-overlap step minus its
+/// communication (a check of the communication and overlap part of the model alone, not a
+/// prediction).
 void validate(const std::vector<nlohmann::json>& ddp_lines,
               const std::map<std::pair<int, std::string>, AlphaBeta>& fits,
-              const std::map<std::string, bench::StepProfile>& profiles, int cores) {
-  fmt::print("\nDDP step (overlapped): predicted vs measured by ddp_bench\n");
-  fmt::print("{:>5} {:>9} {:>9} {:>10} {:>9} {:>8} {:>13} {:>8}\n", "ranks", "link", "model", "measured",
-             "predicted", "error", "w/ run's cpu", "error");
+              const std::map<std::string, bench::StepProfile>& alone, int cores) {
+  fmt::print("\nDDP step (overlapped), ms: measured by ddp_bench vs predicted from the 1-rank compute stretched by "
+             "max(1, n/cores), from the compute at n ranks (\"vs 1\": over the 1-rank compute, in wall and in CPU "
+             "time; \"on cpu\": its CPU time over its wall time), and from the run's own no-overlap step\n");
+  fmt::print("\"+ overhead\": plus DDP's per-step cost without communication, fitted on the 1-rank line (its "
+             "overlapped step minus its compute), for n > 1\n");
+  fmt::print("{:>5} {:>9} {:>9} {:>9} | {:>16} {:>6} | {:>10} {:>6} | {:>10} {:>6} | {:>6} {:>6} {:>6} | {:>10} {:>6}\n",
+             "ranks", "link", "model", "measured", "1-rank x stretch", "error", "at n ranks", "error", "+ overhead",
+             "error", "vs 1", "cpu", "on cpu", "run's cpu", "error");
+  // DDP's cost per step beyond compute and communication (hooks, the hand-off to the
+  // communication thread and the wait for it): on one rank there is no communication.
+  std::map<std::string, double> overhead;
+  for (const auto& j : ddp_lines)
+    if (j.at("ranks") == 1)
+      for (const auto& r : j.at("results"))
+        if (r.contains("compute"))
+          overhead[r.at("model")] =
+              r.at("overlap_step_ms").get<double>() / 1e3 - total(bench::step_profile_from_json(r.at("compute")));
+  int cases = 0, within[4] = {0, 0, 0, 0}, with_compute = 0, with_overhead = 0;
   for (const auto& j : ddp_lines) {
     const int n = j.at("ranks");
     auto fit = fits.find({n, link_of(j)});
@@ -152,23 +147,43 @@ void validate(const std::vector<nlohmann::json>& ddp_lines,
       fmt::print("{:>5} {:>9}   no all-reduce fit for this layout: skipped\n", n, link_of(j));
       continue;
     }
+    const AlphaBeta link = n > 1 ? fit->second : AlphaBeta{0, 1};
     for (const auto& r : j.at("results")) {
       const std::string model = r.at("model");
-      auto p = profiles.find(model);
-      if (p == profiles.end()) continue;
-      const AlphaBeta link = n > 1 ? fit->second : AlphaBeta{0, 1};
-      const auto& prof = p->second;
-      const double one = prof.forward_s + prof.backward_s + prof.optimizer_s;
-      auto pred = bench::predict_step(prof, link, n, std::max(1.0, static_cast<double>(n) / cores));
+      if (!alone.count(model)) continue;
+      const bench::StepProfile& one = alone.at(model);
+      const double measured = r.at("overlap_step_ms").get<double>() / 1e3;
       const double cpu =
           (r.at("after_backward_step_ms").get<double>() - r.at("after_backward_comm_ms").get<double>()) / 1e3;
-      auto calibrated = bench::predict_step(prof, link, n, cpu / one);
-      const double measured = r.at("overlap_step_ms");
-      fmt::print("{:>5} {:>9} {:>9} {:>10.2f} {:>9.2f} {:>+7.0f}% {:>13.2f} {:>+7.0f}%\n", n, link_of(j), model,
-                 measured, pred.step_s * 1e3, (pred.step_s * 1e3 / measured - 1) * 100, calibrated.step_s * 1e3,
-                 (calibrated.step_s * 1e3 / measured - 1) * 100);
+      auto col = [&](int k, double predicted, int width) {
+        const double err = predicted / measured - 1;
+        within[k] += std::abs(err) <= 0.15;
+        return fmt::format("{:>{}.2f} {:>+5.0f}%", predicted * 1e3, width, err * 100);
+      };
+      std::string at_n = fmt::format("{:>10} {:>6} | {:>10} {:>6} | {:>6} {:>6} {:>6}", "-", "", "-", "", "", "", "");
+      if (r.contains("compute")) {
+        const bench::StepProfile together = bench::step_profile_from_json(r.at("compute"));
+        const double predicted = bench::predict_step(together, link, n).step_s;
+        std::string plus = fmt::format("{:>10} {:>6}", "-", "");
+        if (n > 1 && overhead.count(model)) {
+          plus = col(3, predicted + overhead.at(model), 10);
+          ++with_overhead;
+        }
+        at_n = col(1, predicted, 10) + " | " + plus + " |" +
+               fmt::format(" {:>5.2f}x {:>6} {:>6}", total(together) / total(one),
+                           together.cpu_s > 0 && one.cpu_s > 0 ? fmt::format("{:.2f}x", together.cpu_s / one.cpu_s) : "-",
+                           on_cpu(together));
+        ++with_compute;
+      }
+      ++cases;
+      fmt::print("{:>5} {:>9} {:>9} {:>9.2f} | {} | {} | {}\n", n, link_of(j), model, measured * 1e3,
+                 col(0, bench::predict_step(one, link, n, std::max(1.0, static_cast<double>(n) / cores)).step_s, 16),
+                 at_n, col(2, bench::predict_step(one, link, n, cpu / total(one)).step_s, 10));
     }
   }
+  fmt::print("within 15 %: {} of {} (1-rank profile stretched), {} of {} (compute at n ranks), {} of {} (+ overhead, "
+             "n > 1), {} of {} (run's cpu)\n", within[0], cases, within[1], with_compute, within[3], with_overhead,
+             within[2], cases);
 }
 
 /// Stated, sourced hardware and workload figures (docs/scaling.md lists the sources).
@@ -219,29 +234,17 @@ int main(int argc, char** argv) {
   cli::App app("α-β model of all-reduce and of the DDP step: fit, validate, project.", "scaling_model");
   app.add_option("--allreduce", allreduce_path, "allreduce_bench JSON lines to fit α and B to");
   app.add_option("--ddp", ddp_path, "ddp_bench JSON lines to check the predictions against");
-  app.add_option("--cores", cores, "cores the measured ranks shared (ranks beyond it slow compute)")
+  app.add_option("--cores", cores, "cores the measured ranks shared (for the stretched 1-rank column)")
       ->check(cli::range(1, 4096));
-  app.add_option("--steps", steps, "profiled steps per model (median)")->check(cli::range(1, 10000));
+  app.add_option("--steps", steps, "profiled steps per model when no 1-rank ddp_bench line gives them (median)")
+      ->check(cli::range(1, 10000));
   app.add_flag("--projection-only", no_profile, "print only the 8-512 GPU projection");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {
     if (!no_profile) {
-      set_num_threads(1);  // as ddp_bench's ranks
       auto fits = fit_all(read_lines(allreduce_path));
-      auto one = dist::init_process_group(
-          {.init_method = fmt::format("tcp://127.0.0.1:{}", dist::free_tcp_port()), .rank = 0, .world_size = 1});
-      std::map<std::string, bench::StepProfile> profiles;
-      fmt::print("\nOne-process profile (1 thread, batch 128): forward / backward / optimizer ms, "
-                 "buckets (MB @ ready ms)\n");
-      for (std::string m : {"mlp", "cnn", "wide_mlp"}) {
-        profiles[m] = profile(m, one, steps);
-        const auto& p = profiles[m];
-        std::string b;
-        for (auto& x : p.buckets) b += fmt::format(" {:.1f}@{:.1f}", x.bytes / 1e6, x.ready_s * 1e3);
-        fmt::print("{:>9} {:7.2f} {:7.2f} {:7.2f} |{}\n", m, p.forward_s * 1e3, p.backward_s * 1e3,
-                   p.optimizer_s * 1e3, b);
-      }
-      validate(read_lines(ddp_path), fits, profiles, cores);
+      const auto ddp = read_lines(ddp_path);
+      validate(ddp, fits, one_rank_profiles(ddp, steps), cores);
     }
     project();
   } catch (const std::exception& e) {

@@ -69,6 +69,8 @@ struct Flags {
     schedule = app.add_option("--pipeline-schedule,--schedule", c.pipeline_schedule,
                               "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
                    ->check(cli::one_of({"gpipe", "1f1b"}));
+    app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks")
+        ->check(cli::range(0, 1));
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
     app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
     app.add_option("--device", device, "cpu|cuda|cuda:N")
@@ -102,6 +104,7 @@ struct Flags {
     if (!c.init_from_hf.empty()) c.model = "hf";
     for (CLI::Option* o : {micro, schedule})
       if (o->count() > 0 && c.pipeline_stages < 2) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
+    if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);
     if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))

@@ -14,6 +14,9 @@
 #include "distributed/checkpoint.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
+#include "distributed/scaler_sync.h"
+#include "distributed/zero.h"
+#include "distributed/zero_checkpoint.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_hf.h"
 #include "examples/gpt_pipeline.h"
@@ -38,12 +41,19 @@ std::string run_signature(const TrainConfig& c, int64_t t) {
 
 }  // namespace
 
-std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named) {
+std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::NamedTensors& named) {
   std::vector<Tensor> decay, no_decay;
   for (auto& [name, p] : named)
     (p.dim() >= 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
-  std::vector<optim::ParamGroup> groups{{decay, {{"weight_decay", c.weight_decay}}}, {no_decay, {{"weight_decay", 0.0}}}};
-  return std::make_unique<optim::AdamW>(groups, optim::AdamOptions(c.lr).set_betas(c.beta1, c.beta2).set_eps(1e-8));
+  return {{decay, {{"weight_decay", c.weight_decay}}}, {no_decay, {{"weight_decay", 0.0}}}};
+}
+
+optim::AdamOptions adam_options(const TrainConfig& c) {
+  return optim::AdamOptions(c.lr).set_betas(c.beta1, c.beta2).set_eps(1e-8);
+}
+
+std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named) {
+  return std::make_unique<optim::AdamW>(param_groups(c, named), adam_options(c));
 }
 
 double peak_rss_mb() {
@@ -104,6 +114,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch --nproc-per-node N -- "
              "bazel-bin/examples/gpt --ddp ...`");
+  KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
+  KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
   if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostream quiet(nullptr);
@@ -123,19 +135,36 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (hf) load_hf(*model, c.init_from_hf);
   model->to(c.device);
   MixedPrecision mp(c.amp, "o1");
-  auto opt = make_optimizer(c, model->named_parameters());
-
+  // Without ZeRO the optimizer and the resumed state come first, and DDP then broadcasts rank 0's
+  // (identical) weights; ZeRO's optimizer wraps the shards of DDP's reducer, so it comes after.
+  std::unique_ptr<optim::Optimizer> opt;
+  dist::ZeroRedundancyOptimizer* zero = nullptr;  // opt, under --zero 1
   nn::TrainingState state;
-  if (!c.resume.empty()) {
-    state = pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get()) : nn::load_checkpoint(c.resume, *model, opt.get());
+  auto resumed = [&](nn::TrainingState loaded) {
+    state = std::move(loaded);
     const std::string saved = state.extra.count("gpt") ? state.extra.at("gpt") : "(none)";
     KILN_CHECK(saved == run_signature(c, t), "--resume {}: the checkpoint's run ({}) differs from this one ({})",
                c.resume, saved, run_signature(c, t));
     mp.load(state);
     out << fmt::format("resumed from {} at step {}\n", c.resume, state.step);
+  };
+  if (c.zero == 0) {
+    opt = make_optimizer(c, model->named_parameters());
+    if (!c.resume.empty())
+      resumed(pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get()) : nn::load_checkpoint(c.resume, *model, opt.get()));
   }
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (pg) ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
+  if (c.zero == 1) {
+    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(*ddp, param_groups(c, model->named_parameters()),
+                                                             dist::optimizer_factory<optim::AdamW>(adam_options(c)));
+    dist::share_found_inf(mp.scaler(), pg);  // each rank checks only its shard's gradients
+    if (!c.resume.empty()) resumed(dist::load_zero_checkpoint(c.resume, *model, *z));  // consolidated or sharded
+    out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
+                       z->reducer().buckets().size(), world);
+    zero = z.get();
+    opt = std::move(z);
+  }
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
 
   TrainResult r;
@@ -178,7 +207,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     state.rng = default_generator().state();
     state.extra["gpt"] = run_signature(c, t);
     mp.save(state);
-    if (pg) dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);
+    if (zero) dist::save_zero_checkpoint(c.save, *model, *zero, state);  // consolidated: any run resumes it
+    else if (pg) dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);
     else nn::save_checkpoint(c.save, *model, opt.get(), state);
     out << fmt::format("saved {} at step {}\n", c.save, state.step);
   };
@@ -204,7 +234,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       loss_sum += loss.item<double>();
     }
     if (mp.scaler().is_enabled()) mp.scaler().unscale_(*opt);
-    const double norm = optim::clip_grad_norm_(model->parameters(), c.grad_clip);
+    // Under ZeRO the averaged gradients live in this rank's shards: the norm is reduced over them all.
+    const double norm = zero ? zero->clip_grad_norm_(c.grad_clip) : optim::clip_grad_norm_(model->parameters(), c.grad_clip);
     const double lr = lr_at(c, step);
     opt->set_lr(lr);
     mp.step(*opt);
@@ -250,6 +281,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"threads", get_num_threads()},
       {"world_size", r.world_size},
       {"pipeline_stages", c.pipeline_stages},
+      {"zero", c.zero},
       {"amp", c.amp},
       {"steps", r.steps_done},
       {"tokens_per_step", r.tokens_per_step},

@@ -1,7 +1,8 @@
 // The GPT trainer's loop (examples/gpt.cc parses the flags): AdamW (no weight decay on biases,
 // LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
 // accumulation up to a token budget per step, bf16 autocast, data parallel under
-// //distributed:launch, periodic validation, checkpoints that resume exactly, a sample at the end.
+// //distributed:launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
+// checkpoints that resume exactly, a sample at the end.
 #pragma once
 
 #include <chrono>
@@ -43,6 +44,10 @@ struct TrainConfig {
   int pipeline_stages = 1;          // > 1: one rank per stage (gpt_pipeline.h)
   int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
   std::string pipeline_schedule = "1f1b";
+  /// ZeRO stage under `ddp`: 0 (off) or 1 (dist::ZeroRedundancyOptimizer: each rank keeps the AdamW
+  /// state of 1/N of the parameters; gradients reduce-scattered, parameters all-gathered). Its
+  /// checkpoints are consolidated: a plain --ddp run resumes them and vice versa.
+  int zero = 0;
   uint64_t seed = 1337;
   int threads = 0;
   Device device;
@@ -73,8 +78,11 @@ double lr_at(const TrainConfig& c, int64_t step);
 /// Trains as configured, progress to `log` (rank 0 only). Throws kiln::Error on bad input.
 TrainResult train(const TrainConfig& config, std::ostream& log);
 
-/// AdamW with weight decay on the matrices of the linear layers only (not biases, LayerNorms or the
-/// embeddings, the tied head included), over parameters named as in the GPT.
+/// AdamW's two groups over parameters named as in the GPT: weight decay on the matrices of the
+/// linear layers only (not biases, LayerNorms or the embeddings, the tied head included).
+std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::NamedTensors& named);
+optim::AdamOptions adam_options(const TrainConfig& c);
+/// AdamW over param_groups with adam_options.
 std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named);
 
 /// This process's peak resident memory in MB.

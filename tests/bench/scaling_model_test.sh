@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # //bench:scaling_model end to end: it recovers α and B from an all-reduce file made from known
-# values, predicts a DDP line against a measured one, prints the 8-512 GPU projection, and
-# refuses bad input with a message naming it. Argument: the scaling_model binary.
+# values, predicts a DDP line against a measured one (with compute it times itself, and with the
+# compute a ddp_bench line gives: the formula's value), prints the 8-512 GPU projection, and
+# refuses bad input with a message naming it; ddp_bench's lines carry the compute the model needs.
+# Arguments: the scaling_model and ddp_bench binaries.
 set -u
 model="$1"
+ddp_bench="$2"
 dir="${TEST_TMPDIR:-/tmp}/scaling_model_$$"
 mkdir -p "$dir"
 failures=0
@@ -34,6 +37,45 @@ for n in 2 4; do
   echo "$out" | grep -qE "^ +$n +test +50\.0 +1\.0000 +0%$" || fail "the $n-rank fit is not α 50 us, B 1 GB/s, 0% error"
 done
 echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 ' || fail "no prediction for the 2-rank mlp line"
+echo "$out" | grep -qE '^ +cnn +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+% \| .*\(timed here\)$' || fail "no one-rank cnn profile timed here"
+echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 \| +[0-9.]+ +[-+][0-9]+% \| +- +\| +- ' ||
+  fail "a DDP line without compute has a prediction at n ranks"
+
+# ddp_bench's compute mode: a 2-rank run's lines carry the model alone, every rank at once.
+line=$("$ddp_bench" --nproc 2 --steps 1 --blocks 1 2>&1 | grep '^{')
+python3 -c 'import json,sys; j=json.loads(sys.argv[1]); r={x["model"]: x for x in j["results"]}
+assert sorted(r) == ["cnn", "mlp", "wide_mlp"], r.keys()
+c=r["wide_mlp"]["compute"]; assert c["backward_ms"] > 0 and len(c["buckets"]) >= 2, c
+assert 0 < c["cpu_ms"] < 1.5 * (c["forward_ms"] + c["backward_ms"] + c["optimizer_ms"]), c
+assert all(0 < b["ready_ms"] <= c["backward_ms"] * 1.0001 for b in c["buckets"]), c' "$line" ||
+  fail "ddp_bench --nproc 2: no compute profile in $line"
+
+# Given compute: forward 1, backward 4, optimizer 1 ms alone (the 1-rank line) and 2, 8, 2 ms at 2
+# ranks, one 1 MB bucket ready at the end of backward; on 2 ranks at α 50 us, B 1 GB/s its
+# all-reduce takes 0.1 + 1 ms, all exposed: 7.10 ms stretched (x1 on 2 cores), 13.10 at 2 ranks,
+# and 14.10 with DDP's overhead of the 1-rank line (7 ms measured, 6 of compute).
+python3 - "$dir/ddp_c.jsonl" <<'PY'
+import json, sys
+def line(ranks, fwd, bwd, opt, measured):
+    c = {"forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt, "buckets": [{"ready_ms": bwd, "bytes": 1e6}]}
+    if ranks == 1: c["cpu_ms"] = 3.0  # half the 6 ms of wall time: "50%" on cpu
+    r = {"model": "mlp", "overlap_step_ms": measured, "after_backward_step_ms": 12.0, "after_backward_comm_ms": 2.0,
+         "compute": c}
+    return json.dumps({"benchmark": "ddp", "ranks": ranks, "link": "test", "results": [r]})
+with open(sys.argv[1], "w") as f:
+    f.write(line(1, 1, 4, 1, 7.0) + "\n" + line(2, 2, 8, 2, 10.0) + "\n")
+PY
+out=$("$model" --allreduce "$dir/ar_only.jsonl" --ddp "$dir/ddp_c.jsonl" --cores 2 2>&1)
+rc=$?
+echo "$out"
+[ "$rc" -eq 0 ] || fail "given compute: exit $rc"
+echo "$out" | grep -qE '^ +mlp +1\.00 +4\.00 +1\.00 +50% \| 1\.0@4\.0 \(the 1-rank ddp_bench line\)$' ||
+  fail "given compute: the 1-rank line's compute was not used"
+echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 \| +7\.10 +-29% \| +13\.10 +\+31% \| +14\.10 +\+41% \| +2\.00x +- +- \|' ||
+  fail "given compute: the 2-rank mlp line is not 7.10 (stretched), 13.10 (at 2 ranks), x2.00"
+echo "$out" | grep -q "within 15 %: 1 of 2 (1-rank profile stretched), 1 of 2 (compute at n ranks), 0 of 1 (+ overhead" ||
+  fail "given compute: the within-15 % summary"
+
 rows=$(echo "$out" | grep -cE '(ResNet-50|GPT-2 124M).* (8|16|32|64|128|256|512) ')
 [ "$rows" -eq 14 ] || fail "projection has $rows rows, want 14"
 eff=$(echo "$out" | grep -E 'ResNet-50.* 512 ' | grep -oE '[0-9.]+%$' | tr -d %)

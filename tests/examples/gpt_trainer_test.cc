@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_trainer.h"
+#include "tests/examples/gpt_test_config.h"
 #include "tests/file_util.h"
 
 using namespace kiln;
@@ -18,31 +19,7 @@ using namespace kiln::examples::gpt;
 
 namespace {
 
-/// About 120 KB of repetitive English: twelve 10 KiB segments, so validation gets one.
-std::string corpus_file(const std::string& dir) {
-  std::string path = dir + "/corpus.txt";
-  std::ofstream out(path);
-  for (int i = 0; i < 1600; ++i)
-    out << "The quick brown fox jumps over the lazy dog " << i % 7 << ". A stitch in time saves nine.\n";
-  return path;
-}
-
-TrainConfig config(const std::string& dir) {
-  TrainConfig c;
-  c.gpt.n_layer = 2, c.gpt.n_head = 2, c.gpt.n_embd = 32, c.gpt.block_size = 32, c.gpt.vocab_size = 256;
-  c.model = "custom";
-  c.data = corpus_file(dir);
-  c.batch_size = 4;
-  c.max_steps = 8;
-  c.warmup_steps = 2;
-  c.lr = 3e-3;
-  c.eval_every = 4;
-  c.eval_batches = 2;
-  c.sample_tokens = 16;
-  c.gpt.dropout = 0.1;  // so the resume test also covers the dropout generator
-  c.device = kCPU;
-  return c;
-}
+TrainConfig config(const std::string& dir) { return test::tiny_gpt_config(dir); }
 
 }  // namespace
 
