@@ -204,12 +204,15 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   };
   auto save = [&]() {
     if (c.save.empty()) return;
+    const Clock::time_point start = Clock::now();
     state.rng = default_generator().state();
     state.extra["gpt"] = run_signature(c, t);
     mp.save(state);
     if (zero) dist::save_zero_checkpoint(c.save, *model, *zero, state);  // consolidated: any run resumes it
     else if (pg) dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);
     else nn::save_checkpoint(c.save, *model, opt.get(), state);
+    r.checkpoints += 1;
+    r.checkpoint_seconds += seconds_since(start);
     out << fmt::format("saved {} at step {}\n", c.save, state.step);
   };
 
@@ -293,6 +296,8 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"tokens_per_cpu_sec", r.tokens_per_cpu_sec},
       {"mfu", r.mfu},
       {"peak_rss_mb", r.peak_rss_mb},
+      {"checkpoints", r.checkpoints},
+      {"checkpoint_seconds", r.checkpoint_seconds},
       {"wall_seconds", r.wall_seconds},
   };
   nlohmann::json curve = nlohmann::json::array();

@@ -68,6 +68,8 @@ struct TrainResult {
   /// other processes sharing the cores).
   double tokens_per_sec = 0, tokens_per_cpu_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
   double peak_rss_mb = 0;
+  int64_t checkpoints = 0;        // checkpoints written (--save-every and the final one)
+  double checkpoint_seconds = 0;  // wall time spent writing them (rank 0's, waits included)
   std::string peak_description, sample;
   int rank = 0, world_size = 1;
 };
