@@ -51,7 +51,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   /// (2 nodes x 2 ranks: shared memory within a node, TCP ring among node leaders)".
   std::string allreduce_path() const;
   /// How sends to and receives from `peer` travel: "shared memory" (same host) or "TCP".
-  std::string p2p_path(int peer) { return p2p_->connects(peer) ? "shared memory" : "TCP"; }
+  std::string p2p_path(int peer) const { return p2p_->connects(peer) ? "shared memory" : "TCP"; }
   WorkPtr allreduce(Tensor t, ReduceOp op) override;
   WorkPtr broadcast(Tensor t, int root) override;
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;

@@ -143,6 +143,11 @@ ShmP2P::ShmP2P(std::shared_ptr<Store> store, int rank, int size, size_t ring_byt
   const char* env = std::getenv("KILN_SHM_P2P");
   if (env == nullptr || std::string(env) != "0") me_ = fmt::format("{} {}", node_identity(), getpid());
   store_->set(fmt::format("host/{}", rank_), me_);
+  // Every channel now, while the store is certainly up: set up on first use, a rank whose peer
+  // (or the store's host, rank 0) had already failed would get a store error instead of the
+  // failure it is about to be told of. Mapping costs no memory until a ring is written.
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) connect(peer);
 }
 
 ShmP2P::~ShmP2P() {
@@ -153,8 +158,7 @@ ShmP2P::~ShmP2P() {
     }
 }
 
-ShmP2P::Channel& ShmP2P::channel(int peer) {
-  if (channels_[peer]) return *channels_[peer];
+void ShmP2P::connect(int peer) {
   auto ch = std::make_unique<Channel>();
   ch->peer = peer;
   const std::string theirs = store_->get_string(fmt::format("host/{}", peer));
@@ -213,22 +217,20 @@ ShmP2P::Channel& ShmP2P::channel(int peer) {
     }
   }
   channels_[peer] = std::move(ch);
-  return *channels_[peer];
 }
 
-bool ShmP2P::connects(int peer) {
+bool ShmP2P::connects(int peer) const {
   KILN_CHECK(peer >= 0 && peer < size_ && peer != rank_, "ShmP2P: peer {} is not another rank of {}", peer, size_);
-  std::lock_guard<std::mutex> lock(mu_);
-  return channel(peer).shm;
+  return channels_[peer]->shm;
 }
 
 std::shared_ptr<ShmP2P::Op> ShmP2P::send(const void* data, size_t bytes, int peer, uint64_t tag,
                                          std::shared_ptr<void> keep) {
   auto op = std::make_shared<Op>(
       Op{true, peer, tag, static_cast<unsigned char*>(const_cast<void*>(data)), bytes, std::move(keep)});
+  KILN_CHECK(connects(peer), "ShmP2P: send to rank {} is not over shared memory", peer);
   std::lock_guard<std::mutex> lock(mu_);
-  Channel& ch = channel(peer);
-  KILN_CHECK(ch.shm, "ShmP2P: send to rank {} is not over shared memory", peer);
+  Channel& ch = *channels_[peer];
   ch.sends.push_back(op);
   if (ch.sends.size() == 1) write_sends(ch);  // usually the whole message fits: done already
   return op;
@@ -237,9 +239,9 @@ std::shared_ptr<ShmP2P::Op> ShmP2P::send(const void* data, size_t bytes, int pee
 std::shared_ptr<ShmP2P::Op> ShmP2P::recv(void* data, size_t bytes, int peer, uint64_t tag,
                                          std::shared_ptr<void> keep) {
   auto op = std::make_shared<Op>(Op{false, peer, tag, static_cast<unsigned char*>(data), bytes, std::move(keep)});
+  KILN_CHECK(connects(peer), "ShmP2P: recv from rank {} is not over shared memory", peer);
   std::lock_guard<std::mutex> lock(mu_);
-  Channel& ch = channel(peer);
-  KILN_CHECK(ch.shm, "ShmP2P: recv from rank {} is not over shared memory", peer);
+  Channel& ch = *channels_[peer];
   // The oldest unclaimed message of this tag that came early, if any.
   for (auto it = ch.early.begin(); it != ch.early.end(); ++it) {
     Early& e = **it;
@@ -390,11 +392,7 @@ bool ShmP2P::progress_locked() {
 }
 
 void ShmP2P::wait(Op& op, Millis timeout) {
-  Channel* ch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ch = channels_[op.peer].get();
-  }
+  Channel* ch = channels_[op.peer].get();
   Side& mine = ch->h->side[ch->me];
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto last_look = std::chrono::steady_clock::now();

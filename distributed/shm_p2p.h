@@ -1,6 +1,6 @@
 // Sends and receives through shared memory between two ranks of one host (as NCCL's P2P/SHM
-// transport within a node): one segment per pair of ranks, set up on the first transfer between
-// them, holding a byte ring per direction and a futex word per side. A send is a memcpy into the
+// transport within a node): one segment per pair of ranks, mapped when the group is created
+// (its pages are only allocated as a ring is first written), holding a byte ring per direction and a futex word per side. A send is a memcpy into the
 // ring (plus a futex wake only when the peer sleeps), a receive a memcpy out: no syscall on the
 // fast path. A message larger than the free space is streamed through the ring in pieces.
 //
@@ -13,8 +13,8 @@
 //
 // Used by ProcessGroupGloo for peers on the same node; KILN_SHM_P2P=0 turns it off (Gloo's TCP
 // pairs are used for every peer). The segment's name is unlinked as soon as both ranks have
-// mapped it; a rank killed between creating a segment and its peer mapping it leaves one
-// /dev/shm/kiln-p2p-* file behind.
+// mapped it; a rank killed between creating a segment and its peer mapping it (during the
+// group's creation) leaves one /dev/shm/kiln-p2p-* file behind.
 #pragma once
 
 #include <cstddef>
@@ -34,17 +34,17 @@ class ShmP2P {
   /// One posted send or receive (opaque to callers: hand it back to wait()).
   struct Op;
 
-  /// Publishes this rank's host (or that shared memory is off) under `store`; collective only in
-  /// that every rank of the group must construct one before any transfer.
+  /// Collective: publishes this rank's host (or that shared memory is off) under `store` and sets
+  /// up a channel with every other rank of this host (a few store round trips each, never
+  /// waiting on a peer for longer than its own set-up).
   ShmP2P(std::shared_ptr<Store> store, int rank, int size, size_t ring_bytes = kDefaultRingBytes);
   ~ShmP2P();
   ShmP2P(const ShmP2P&) = delete;
   ShmP2P& operator=(const ShmP2P&) = delete;
 
   /// Whether transfers with `peer` go through shared memory: both on this host, neither opted
-  /// out. The first call for a peer sets the channel up (a few store round trips, never waiting
-  /// on the peer to do anything); the answer is the same on both sides.
-  bool connects(int peer);
+  /// out. The answer is the same on both sides.
+  bool connects(int peer) const;
 
   /// Posts a transfer (connects(peer) must be true). `data` must stay valid until the op
   /// completes: `keep` is held until then (a receive never waited on is still filled into it).
@@ -59,7 +59,7 @@ class ShmP2P {
 
  private:
   struct Channel;
-  Channel& channel(int peer);
+  void connect(int peer);
   bool progress_locked();  // every channel; true when some op completed
   bool write_sends(Channel& ch);
   bool read_incoming(Channel& ch);
@@ -69,8 +69,8 @@ class ShmP2P {
   int rank_, size_;
   size_t ring_bytes_;
   std::string me_;  // "host pid", or "" when shared memory is off
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Channel>> channels_;  // by peer; null until first used
+  std::mutex mu_;  // the channels' queues and ring positions
+  std::vector<std::unique_ptr<Channel>> channels_;  // by peer (null for this rank); fixed after construction
   std::vector<Channel*> open_;                       // the shared-memory ones, for progress
 };
 
