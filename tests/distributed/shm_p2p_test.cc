@@ -40,8 +40,16 @@ std::vector<unsigned char> pattern(uint64_t tag, size_t n) {
   return v;
 }
 
-void expect_message(const std::vector<unsigned char>& got, uint64_t tag, const std::string& what) {
-  expect(got == pattern(tag, got.size()), "{}: {} bytes of tag {} arrived altered", what, got.size(), tag);
+/// `n` ranks, each running body(rank, its channel, the store they share) over a small ring.
+void run_channel(int n, const std::string& name,
+                 const std::function<void(int, dist::ShmP2P&, dist::Store&)>& body) {
+  const std::string path = store_path(name);
+  auto results = test::run_ranks(n, [&](int rank, int world) {
+    auto store = std::make_shared<dist::FileStore>(path, world, 60s);
+    dist::ShmP2P p2p(store, rank, world, kSmallRing);
+    body(rank, p2p, *store);
+  }, 120, name);
+  test::require_all_ok(results);
 }
 
 std::string error_of(const std::function<void()>& f, bool* timeout = nullptr, bool* peer = nullptr) {
@@ -62,10 +70,7 @@ std::string error_of(const std::function<void()>& f, bool* timeout = nullptr, bo
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST_CASE("shm p2p: receives match tags in posting order, whatever order they are posted, across ring wraps") {
-  const std::string path = store_path("shm_p2p_tags");
-  auto results = test::run_ranks(2, [&](int rank, int world) {
-    auto store = std::make_shared<dist::FileStore>(path, world, 60s);
-    dist::ShmP2P p2p(store, rank, world, kSmallRing);
+  run_channel(2, "shm_p2p_tags", [](int rank, dist::ShmP2P& p2p, dist::Store&) {
     expect(p2p.connects(1 - rank), "rank {}: the peer on this host is not reached over shared memory", rank);
     // Tag t carries sizes[t] bytes, sent twice (in that order per tag); the receiver posts the
     // tags backwards, so every message but the last arrives before its receive.
@@ -90,15 +95,11 @@ TEST_CASE("shm p2p: receives match tags in posting order, whatever order they ar
         expect(second == pattern(t + 100, sizes[t]), "tag {}: the second receive did not get the second", t);
       }
     }
-  }, 120, "shm_p2p_tags");
-  test::require_all_ok(results);
+  });
 }
 
 TEST_CASE("shm p2p: two ranks stream messages 60x the ring at each other without deadlock") {
-  const std::string path = store_path("shm_p2p_big");
-  auto results = test::run_ranks(2, [&](int rank, int world) {
-    auto store = std::make_shared<dist::FileStore>(path, world, 60s);
-    dist::ShmP2P p2p(store, rank, world, kSmallRing);
+  run_channel(2, "shm_p2p_big", [](int rank, dist::ShmP2P& p2p, dist::Store&) {
     const int peer = 1 - rank;
     for (uint64_t step = 0; step < 3; ++step) {
       auto mine = pattern(step * 2 + rank, 60 * kSmallRing + 13);
@@ -112,21 +113,17 @@ TEST_CASE("shm p2p: two ranks stream messages 60x the ring at each other without
       expect(theirs == pattern(step * 2 + peer, theirs.size()), "step {}: rank {}'s message arrived altered", step,
              peer);
     }
-  }, 120, "shm_p2p_big");
-  test::require_all_ok(results);
+  });
 }
 
 TEST_CASE("shm p2p: a receive of the wrong size, a timeout and a dead peer each fail naming the peer") {
-  const std::string path = store_path("shm_p2p_errors");
-  auto results = test::run_ranks(3, [&](int rank, int world) {
-    auto store = std::make_shared<dist::FileStore>(path, world, 60s);
-    dist::ShmP2P p2p(store, rank, world, kSmallRing);
+  run_channel(3, "shm_p2p_errors", [](int rank, dist::ShmP2P& p2p, dist::Store& store) {
     if (rank == 0) {
       auto msg = pattern(1, 100);
       p2p.wait(*p2p.send(msg.data(), msg.size(), 1, 1, nullptr), 30s);
       // Then exits while rank 2 waits for a message from it that never comes.
       p2p.connects(2);
-      store->set("rank0/sent", "1");
+      store.set("rank0/sent", "1");
       std::this_thread::sleep_for(300ms);
       _exit(0);
     }
@@ -142,10 +139,10 @@ TEST_CASE("shm p2p: a receive of the wrong size, a timeout and a dead peer each 
       expect(timeout && contains(msg, "recv from rank 2 (tag 9") && contains(msg, "timed out after 400 ms"),
              "the timeout says: {}", msg);
       expect(s >= 0.39 && s < 5, "the 400 ms timeout took {:.2f} s", s);
-      store->set("rank1/done", "1");
+      store.set("rank1/done", "1");
     }
     if (rank == 2) {
-      store->get_string("rank0/sent");
+      store.get_string("rank0/sent");
       std::vector<unsigned char> buf(8);
       bool peer = false;
       auto t0 = std::chrono::steady_clock::now();
@@ -158,10 +155,9 @@ TEST_CASE("shm p2p: a receive of the wrong size, a timeout and a dead peer each 
       expect(s < 5, "the dead peer was noticed after {:.2f} s (it exited ~0.3 s in)", s);
       // Alive (not an exited peer) until rank 1 has seen its receive from here time out.
       expect(p2p.connects(1), "rank 1 is not reached over shared memory");
-      store->get_string("rank1/done");
+      store.get_string("rank1/done");
     }
-  }, 120, "shm_p2p_errors");
-  test::require_all_ok(results);
+  });
 }
 
 void ring_exchange(int rank, int world) {
