@@ -398,6 +398,10 @@ void ShmP2P::wait(Op& op, Millis timeout) {
   auto last_look = std::chrono::steady_clock::now();
   while (true) {
     const uint32_t seq = mine.bell.load(std::memory_order_seq_cst);
+    // A transfer on another channel still streaming a message larger than its ring (this rank
+    // writing, or the peer waiting for this rank to drain): its bell is not the one slept on
+    // below, so sleep briefly rather than a whole tick per ring-full.
+    bool streaming_elsewhere = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Another thread of this rank may sleep on an op this pass completes.
@@ -406,6 +410,9 @@ void ShmP2P::wait(Op& op, Millis timeout) {
         if (!op.error.empty()) fail("{}", op.error);
         return;
       }
+      for (Channel* c : open_)
+        streaming_elsewhere |= c != ch && (!c->sends.empty() ||
+                                           c->h->ring[1 - c->me].blocked.load(std::memory_order_seq_cst) != 0);
     }
     bool rang = false;
     for (int i = 0; i < kSpins && !rang; ++i) {
@@ -429,7 +436,8 @@ void ShmP2P::wait(Op& op, Millis timeout) {
       }
     }
     mine.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const timespec tick{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kTick).count()};
+    const timespec tick{0, streaming_elsewhere ? 100'000L
+                                               : std::chrono::duration_cast<std::chrono::nanoseconds>(kTick).count()};
     futex(&mine.bell, FUTEX_WAIT, seq, &tick);
     mine.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }

@@ -116,6 +116,33 @@ TEST_CASE("shm p2p: two ranks stream messages 60x the ring at each other without
   });
 }
 
+TEST_CASE("shm p2p: a message streams through its ring while the receiver waits on another peer") {
+  // Rank 1 waits on a message from rank 2 while rank 0's 300 ring-fulls come in: its waits must
+  // keep draining rank 0's ring briskly (slept on rank 2's channel, one ring-full per 10 ms tick
+  // would take over 3 s).
+  run_channel(3, "shm_p2p_elsewhere", [](int rank, dist::ShmP2P& p2p, dist::Store& store) {
+    const size_t n = 300 * kSmallRing;
+    if (rank == 0) {
+      auto msg = pattern(4, n);
+      auto t0 = std::chrono::steady_clock::now();
+      p2p.wait(*p2p.send(msg.data(), n, 1, 4, nullptr), 30s);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      store.set("rank0/sent", "1");
+      expect(s < 1.5, "300 ring-fulls to a rank waiting on another peer took {:.2f} s", s);
+    } else if (rank == 1) {
+      std::vector<unsigned char> big(n), small(8);
+      auto r = p2p.recv(big.data(), n, 0, 4, nullptr);
+      p2p.wait(*p2p.recv(small.data(), small.size(), 2, 1, nullptr), 30s);
+      p2p.wait(*r, 30s);
+      expect(big == pattern(4, n), "rank 0's message arrived altered");
+    } else {
+      store.get_string("rank0/sent");
+      auto msg = pattern(1, 8);
+      p2p.wait(*p2p.send(msg.data(), msg.size(), 1, 1, nullptr), 30s);
+    }
+  });
+}
+
 TEST_CASE("shm p2p: a receive of the wrong size, a timeout and a dead peer each fail naming the peer") {
   run_channel(3, "shm_p2p_errors", [](int rank, dist::ShmP2P& p2p, dist::Store& store) {
     if (rank == 0) {
