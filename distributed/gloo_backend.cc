@@ -85,20 +85,22 @@ void check_avg(const char* op, ReduceOp rop, const Tensor& t) {
 }
 
 /// A send or receive posted on the caller's thread (as torch's Gloo SendWork/RecvWork). wait()
-/// blocks on Gloo's buffer itself, so the transport's completion wakes the waiting thread
-/// directly: no hand-off through a worker thread on the way in or out. It completes when waited
-/// (is_completed() is false until then).
+/// blocks on the transport itself (Gloo's buffer, or the shared-memory channel), so its
+/// completion wakes the waiting thread directly: no hand-off through a worker thread on the way in
+/// or out. It completes when waited (is_completed() is false until then).
 class P2PWork final : public Work {
  public:
-  P2PWork(const char* name, uint64_t seq, int rank, Millis timeout, Tensor user, Tensor host,
-          std::shared_ptr<gloo::transport::UnboundBuffer> buf, bool is_send)
-      : Work(name, seq), rank_(rank), timeout_(timeout), user_(std::move(user)), host_(std::move(host)),
-        buf_(std::move(buf)), is_send_(is_send) {
+  /// `complete(timeout)` blocks until the transfer is done; false: it was aborted.
+  using Complete = std::function<bool(Millis)>;
+  P2PWork(const char* name, uint64_t seq, int rank, int peer, Millis timeout, Tensor user, Tensor host,
+          Complete complete, bool is_send)
+      : Work(name, seq), rank_(rank), peer_(peer), timeout_(timeout), user_(std::move(user)), host_(std::move(host)),
+        complete_(std::move(complete)), is_send_(is_send) {
     mark_started();
   }
   ~P2PWork() override {
-    // Gloo may still read a send's memory: an unwaited send is finished here (a receive's buffer
-    // is dropped from Gloo's pending list with it).
+    // The transport may still read a send's memory: an unwaited send is finished here (a
+    // receive's buffer is dropped from Gloo's pending list with it).
     if (is_send_) try {
         wait();
       } catch (...) {
@@ -108,8 +110,7 @@ class P2PWork final : public Work {
   void failed_to_post(const std::exception& e) {
     std::lock_guard<std::mutex> once(wait_mu_);
     waited_ = true;
-    finish(std::make_exception_ptr(
-        Error(fmt::format("{} #{} failed on rank {}: {}", name(), seq(), rank_, e.what()))));
+    finish(describe(e, fmt::format("{} #{} failed on rank {}", name(), seq(), rank_)));
   }
   void wait() override {
     {
@@ -118,14 +119,14 @@ class P2PWork final : public Work {
         waited_ = true;
         std::exception_ptr error;
         try {
-          const bool ok = is_send_ ? buf_->waitSend(timeout_) : buf_->waitRecv(timeout_);
-          if (!ok) fail("{} was aborted", name());
+          if (!complete_(timeout_)) fail("{} was aborted", name());
           if (!is_send_) unstage(user_, host_);
         } catch (const std::exception& e) {
           const double s = std::chrono::duration<double>(Clock::now() - started()).count();
-          error = std::make_exception_ptr(
-              Error(fmt::format("{} #{} failed after {:.1f} s on rank {}: {}", name(), seq(), s, rank_, e.what())));
+          error = describe(e, fmt::format("{} #{} ({} rank {}) failed after {:.1f} s on rank {}", name(), seq(),
+                                          is_send_ ? "to" : "from", peer_, s, rank_));
         }
+        complete_ = nullptr;  // the transport's state for it, and the memory it kept
         finish(error);
       }
     }
@@ -133,10 +134,19 @@ class P2PWork final : public Work {
   }
 
  private:
-  int rank_;
+  /// The same kind of error as `e` (timeout, peer gone, other), with `context` in front.
+  static std::exception_ptr describe(const std::exception& e, const std::string& context) {
+    try {
+      rethrow_classified(e, fmt::format("{}: {}", context, e.what()));
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  int rank_, peer_;
   Millis timeout_;
   Tensor user_, host_;
-  std::shared_ptr<gloo::transport::UnboundBuffer> buf_;
+  Complete complete_;
   bool is_send_;
   std::mutex wait_mu_;
   bool waited_ = false;
@@ -170,6 +180,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   context_ = context;
   arrivals_ = std::make_unique<ArrivalLog>(std::make_shared<PrefixStore>("progress", store_), rank, size,
                                            std::min<Millis>(options.timeout, std::chrono::seconds(30)));
+  p2p_ = std::make_shared<ShmP2P>(std::make_shared<PrefixStore>("p2p", store_), rank, size);
   shm_ = ShmAllreduce::create(*std::make_shared<PrefixStore>("shm", store_), rank, size, options.timeout);
   if (!shm_) {
     try {
@@ -398,14 +409,26 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
 // Sends and receives involve two ranks only: they are numbered apart from the collectives (which
 // must carry the same sequence number, and Gloo tag, on every rank) and posted at once on the
 // caller's thread; Gloo matches them per peer and tag in posting order.
-WorkPtr ProcessGroupGloo::post_p2p(const char* op, Tensor t, int peer, int tag_, bool is_send) {
-  check_tensor(op, t);
-  check_rank(op, is_send ? "destination" : "source", peer, size_);
-  KILN_CHECK(peer != rank_, "{}: rank {} cannot {} itself", op, rank_, is_send ? "send to" : "receive from");
+WorkPtr ProcessGroupGloo::post_p2p(const char* op_name, Tensor t, int peer, int tag_, bool is_send) {
+  check_tensor(op_name, t);
+  check_rank(op_name, is_send ? "destination" : "source", peer, size_);
+  KILN_CHECK(peer != rank_, "{}: rank {} cannot {} itself", op_name, rank_, is_send ? "send to" : "receive from");
   Tensor h = stage(t);
-  std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-      context_->createUnboundBuffer(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size());
-  auto work = std::make_shared<P2PWork>(op, ++next_p2p_seq_, rank_, timeout_, std::move(t), h, buf, is_send);
+  const size_t bytes = static_cast<size_t>(h.numel()) * h.element_size();
+  const uint64_t seq = ++next_p2p_seq_;
+  if (p2p_ && p2p_->connects(peer)) {  // a peer on this node: through shared memory
+    auto keep = std::make_shared<Tensor>(h);
+    auto op = is_send ? p2p_->send(h.data_ptr(), bytes, peer, static_cast<uint64_t>(tag_), keep)
+                      : p2p_->recv(h.data_ptr(), bytes, peer, static_cast<uint64_t>(tag_), keep);
+    auto complete = [p2p = p2p_, op](Millis timeout) {
+      p2p->wait(*op, timeout);
+      return true;
+    };
+    return std::make_shared<P2PWork>(op_name, seq, rank_, peer, timeout_, std::move(t), h, complete, is_send);
+  }
+  std::shared_ptr<gloo::transport::UnboundBuffer> buf = context_->createUnboundBuffer(h.data_ptr(), bytes);
+  auto complete = [buf, is_send](Millis timeout) { return is_send ? buf->waitSend(timeout) : buf->waitRecv(timeout); };
+  auto work = std::make_shared<P2PWork>(op_name, seq, rank_, peer, timeout_, std::move(t), h, complete, is_send);
   try {
     if (is_send)
       buf->send(peer, static_cast<uint64_t>(tag_));

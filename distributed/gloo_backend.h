@@ -3,7 +3,8 @@
 // Collectives run in issue order on one communication thread per group (the thread data
 // parallel overlaps with backward); sends and receives are posted at once on the caller's thread
 // and completed by the thread that waits on them (any number in flight), as torch's Gloo group
-// does: a transfer costs no thread hand-off beyond Gloo's own I/O thread.
+// does: a transfer costs no thread hand-off beyond Gloo's own I/O thread. Between two ranks of
+// one host they go through a shared-memory channel instead (shm_p2p.h; KILN_SHM_P2P=0: TCP).
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include "distributed/hierarchical_allreduce.h"
 #include "distributed/process_group.h"
 #include "distributed/shm_allreduce.h"
+#include "distributed/shm_p2p.h"
 
 namespace gloo {
 class Context;
@@ -48,6 +50,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   /// How all-reduces travel, for a log line: "shared memory", "TCP ring", or "hierarchical
   /// (2 nodes x 2 ranks: shared memory within a node, TCP ring among node leaders)".
   std::string allreduce_path() const;
+  /// How sends to and receives from `peer` travel: "shared memory" (same host) or "TCP".
+  std::string p2p_path(int peer) const { return p2p_->connects(peer) ? "shared memory" : "TCP"; }
   WorkPtr allreduce(Tensor t, ReduceOp op) override;
   WorkPtr broadcast(Tensor t, int root) override;
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
@@ -74,7 +78,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalLog> arrivals_;
   std::unique_ptr<ShmAllreduce> shm_;  // null unless all ranks share this node
-  std::unique_ptr<HierarchicalAllreduce> hier_;  // null unless several nodes, several ranks on some
+  std::unique_ptr<HierarchicalAllreduce> hier_;
+  std::shared_ptr<ShmP2P> p2p_;  // sends and receives to peers on this node (shared with their works)  // null unless several nodes, several ranks on some
   uint64_t next_seq_ = 0;      // collectives in issue order (the caller's thread)
   uint64_t next_p2p_seq_ = 0;  // sends and receives, numbered apart
 
