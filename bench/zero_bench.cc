@@ -2,10 +2,14 @@
 // real processes (127.0.0.1, Gloo, one compute thread each) for the 784-2048x3-10 MLP (38 MB of
 // f32 parameters). Each rank measures the state its optimizer holds after the steps (every
 // state tensor: moments, momentum buffers, step counters); rank 0 gathers and prints them, with
-// the ratio ZeRO/DDP beside the ideal 1/N. The last line is JSON.
+// the ratio ZeRO/DDP beside the ideal 1/N, and each mode's peak of live tensor bytes per rank over
+// its run (everything: parameters, gradient buckets, shards, state, activations, temporaries;
+// the modes run one after the other, so neither counts the other's). The last line is JSON.
 //   tools/bazel run //bench:zero_bench [-- --nproc 2,4 --steps 5]
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/generator.h"
+#include "core/memory/memory_tracker.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
@@ -63,38 +68,66 @@ std::vector<double> gather(dist::ProcessGroup& pg, double v) {
   return all.to_vector<double>();
 }
 
+struct Measured {
+  double step_ms = 0;
+  std::vector<double> state_bytes;  // every rank's
+  std::vector<double> peak_bytes;   // every rank's peak of live tensor bytes over the run
+};
+
+/// One mode on its own (the other's tensors freed): a fresh model, DDP, the optimizer `make`
+/// builds, `steps` timed steps after a warm-up.
+Measured measure(const std::shared_ptr<dist::ProcessGroup>& pg, CpuMemoryTracker& tracker, int steps,
+                 const std::function<std::unique_ptr<optim::Optimizer>(dist::DistributedDataParallel&)>& make,
+                 const std::function<int64_t(const optim::Optimizer&)>& state_of) {
+  const size_t base = tracker.live_bytes();
+  tracker.reset_peak();
+  manual_seed(0);
+  auto model = examples::make_wide_mlp(2048);
+  dist::DistributedDataParallel ddp(model, pg);
+  std::unique_ptr<optim::Optimizer> opt = make(ddp);
+  Measured m;
+  m.step_ms = time_steps(ddp, *opt, *pg, steps);
+  m.state_bytes = gather(*pg, static_cast<double>(state_of(*opt)));
+  m.peak_bytes = gather(*pg, static_cast<double>(tracker.peak_bytes() - base));
+  return m;
+}
+
 void run(int steps, nlohmann::ordered_json* out) {
+  CpuMemoryTracker tracker;  // before the process group's threads exist
   auto pg = dist::init_process_group();
   const int n = pg->size();
   for (std::string name : {"adamw", "sgd"}) {
-    manual_seed(0);
-    auto a = examples::make_wide_mlp(2048), b = examples::make_wide_mlp(2048);
-    dist::DistributedDataParallel ddp_a(a, pg), ddp_b(b, pg);
-    std::unique_ptr<optim::Optimizer> plain = factory(name)({optim::ParamGroup(a->parameters())});
-    dist::ZeroRedundancyOptimizer zero(ddp_b, factory(name));
-    const double ddp_ms = time_steps(ddp_a, *plain, *pg, steps);
-    const double zero_ms = time_steps(ddp_b, zero, *pg, steps);
-    const std::vector<double> ddp_bytes = gather(*pg, static_cast<double>(state_bytes(*plain)));
-    const std::vector<double> zero_bytes = gather(*pg, static_cast<double>(zero.state_bytes()));
-    const double mb = 1 << 20, params_mb = static_cast<double>(a->num_parameters()) * 4 / mb;
+    const Measured ddp = measure(pg, tracker, steps, [&](dist::DistributedDataParallel& d) {
+      return factory(name)({optim::ParamGroup(d.parameters())});
+    }, state_bytes);
+    const Measured zero = measure(pg, tracker, steps, [&](dist::DistributedDataParallel& d) {
+      return std::make_unique<dist::ZeroRedundancyOptimizer>(d, factory(name));
+    }, [](const optim::Optimizer& o) { return static_cast<const dist::ZeroRedundancyOptimizer&>(o).state_bytes(); });
+    const double mb = 1 << 20, params_mb = static_cast<double>(examples::make_wide_mlp(2048)->num_parameters()) * 4 / mb;
     if (pg->rank() != 0) continue;
-    const double zmax = *std::max_element(zero_bytes.begin(), zero_bytes.end());
-    const double zmin = *std::min_element(zero_bytes.begin(), zero_bytes.end());
-    const double ratio = zmax / ddp_bytes[0];
+    const double zmax = *std::max_element(zero.state_bytes.begin(), zero.state_bytes.end());
+    const double zmin = *std::min_element(zero.state_bytes.begin(), zero.state_bytes.end());
+    const double ratio = zmax / ddp.state_bytes[0];
+    const double ddp_peak = *std::max_element(ddp.peak_bytes.begin(), ddp.peak_bytes.end());
+    const double zero_peak = *std::max_element(zero.peak_bytes.begin(), zero.peak_bytes.end());
     fmt::print("{:2} ranks {:6} params {:6.1f} MB | optimizer state per rank: DDP {:7.2f} MB, ZeRO-1 {:6.2f}-{:6.2f} MB "
-               "= {:.4f} of DDP (ideal 1/{} = {:.4f}) | step DDP {:7.1f} ms, ZeRO-1 {:7.1f} ms\n",
-               n, name, params_mb, ddp_bytes[0] / mb, zmin / mb, zmax / mb, ratio, n, 1.0 / n, ddp_ms, zero_ms);
+               "= {:.4f} of DDP (ideal 1/{} = {:.4f}) | peak live tensors per rank: DDP {:7.2f} MB, ZeRO-1 "
+               "{:7.2f} MB | step DDP {:7.1f} ms, ZeRO-1 {:7.1f} ms\n",
+               n, name, params_mb, ddp.state_bytes[0] / mb, zmin / mb, zmax / mb, ratio, n, 1.0 / n, ddp_peak / mb,
+               zero_peak / mb, ddp.step_ms, zero.step_ms);
     std::fflush(stdout);
     out->push_back({{"ranks", n},
                     {"optimizer", name},
                     {"params_mb", params_mb},
-                    {"ddp_state_mb_per_rank", ddp_bytes[0] / mb},
+                    {"ddp_state_mb_per_rank", ddp.state_bytes[0] / mb},
                     {"zero_state_mb_per_rank_max", zmax / mb},
                     {"zero_state_mb_per_rank_min", zmin / mb},
                     {"ratio", ratio},
                     {"ideal_ratio", 1.0 / n},
-                    {"ddp_step_ms", ddp_ms},
-                    {"zero_step_ms", zero_ms}});
+                    {"ddp_peak_live_mb_per_rank", ddp_peak / mb},
+                    {"zero_peak_live_mb_per_rank", zero_peak / mb},
+                    {"ddp_step_ms", ddp.step_ms},
+                    {"zero_step_ms", zero.step_ms}});
   }
 }
 
@@ -103,7 +136,7 @@ void run(int steps, nlohmann::ordered_json* out) {
 int main(int argc, char** argv) {
   std::vector<int> nprocs = {2, 4};
   int steps = 5;
-  cli::App app("ZeRO-1 vs DDP: optimizer-state bytes per rank and step time.", "zero_bench");
+  cli::App app("ZeRO-1 vs DDP: optimizer-state bytes and peak live tensor bytes per rank, and step time.", "zero_bench");
   app.add_option("--nproc", nprocs, "world sizes to run (ignored under a launcher)")->delimiter(',');
   app.add_option("--steps", steps, "timed steps per mode (the median is reported)")->check(cli::range(1, 100000));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;

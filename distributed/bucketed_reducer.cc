@@ -88,6 +88,23 @@ Tensor BucketedReducer::bucket_view(size_t i) const {
   return b.flat.narrow(0, b.offsets[slot], params_[i].numel()).view(params_[i].sizes());
 }
 
+bool BucketedReducer::grad_is_bucket_view(size_t i) const {
+  const Tensor& g = params_[i].grad();
+  if (!g.defined()) return false;
+  Tensor view = bucket_view(i);
+  return g.data_ptr() == view.data_ptr() && g.sizes() == view.sizes() && g.strides() == view.strides();
+}
+
+void BucketedReducer::take_gradient(size_t i) {
+  // With bucket views the gradient is usually accumulated in the bucket already; it is copied in
+  // only when .grad was reset (zero_grad(set_to_none)) or replaced, and then becomes the view.
+  if (options_.gradient_as_bucket_view && grad_is_bucket_view(i)) return;
+  NoGradGuard no_grad;
+  Tensor slot = bucket_view(i);
+  slot.copy_(params_[i].grad());
+  if (options_.gradient_as_bucket_view) params_[i].set_grad(slot);
+}
+
 void BucketedReducer::prepare_for_backward() {
   for (ReducerBucket& b : buckets_) {
     KILN_CHECK(b.work == nullptr, "{}: the previous backward did not finish its reduction", owner_);
@@ -112,7 +129,7 @@ void BucketedReducer::mark_ready(size_t i) {
   KILN_ASSERT(i < params_.size(), "{}: parameter index {} of {}", owner_, i, params_.size());
   KILN_CHECK(!ready_[i], "{}: parameter '{}' got its gradient twice in one backward", owner_, names_[i]);
   ready_[i] = true;
-  take_gradient(i, bucket_view(i));
+  take_gradient(i);
   if (--buckets_[where_[i].first].pending == 0 && options_.overlap) {
     size_t before = next_launch_;
     launch_ready_buckets();
@@ -122,8 +139,11 @@ void BucketedReducer::mark_ready(size_t i) {
 
 void BucketedReducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    const size_t b = next_launch_++;
-    buckets_[b].work = launch(b);
+    ReducerBucket& b = buckets_[next_launch_];
+    // The padding is reduced too: zero it, whatever was written into it since (e.g. through a
+    // ZeRO shard's gradient, a view of its chunk).
+    if (b.flat.numel() > b.numel) b.flat.narrow(0, b.numel, b.flat.numel() - b.numel).zero_();
+    b.work = launch(next_launch_++);
   }
 }
 

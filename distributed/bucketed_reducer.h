@@ -8,8 +8,10 @@
 // order whatever order its hooks fire in. At the end of backward (an engine callback) the reducer
 // waits for the collectives, records the timings and lets the subclass use the result.
 //
-// A subclass supplies three things: how a gradient enters its bucket slot (take_gradient), the
-// collective a full bucket runs (launch) and what happens once every bucket is reduced (finish).
+// A gradient enters its bucket slot here (take_gradient): with gradient_as_bucket_view the
+// parameter's `.grad` becomes a view of its slot, so later backwards accumulate straight into the
+// bucket and no second full-size gradient exists. A subclass supplies the collective a full bucket
+// runs (launch) and what happens once every bucket is reduced (finish).
 #pragma once
 
 #include <memory>
@@ -29,7 +31,8 @@ struct ReducerOptions {
   /// false: one collective over every gradient after backward ends (the baseline overlap is
   /// measured against).
   bool overlap = true;
-  /// Gradients live in the buckets: see DDPOptions::gradient_as_bucket_view (Reducer only).
+  /// Gradients live in the buckets: see DDPOptions::gradient_as_bucket_view (ZeRO's reducer
+  /// always sets it).
   bool gradient_as_bucket_view = true;
 };
 
@@ -56,7 +59,7 @@ class GradientReducer {
 };
 
 /// One bucket: its parameters laid end to end in `flat` (padded to a multiple of the reducer's
-/// `pad_to`; the padding stays zero).
+/// `pad_to`; its padding is zeroed before each collective).
 struct ReducerBucket {
   std::vector<size_t> params;    // indices into the reducer's parameters, in bucket order
   std::vector<int64_t> offsets;  // element offset of each in `flat`
@@ -94,8 +97,8 @@ class BucketedReducer : public GradientReducer, public std::enable_shared_from_t
 
   /// Parameter i's slot of its bucket, shaped like the parameter.
   Tensor bucket_view(size_t i) const;
-  /// Brings parameter i's fresh gradient into `slot`, its bucket_view.
-  virtual void take_gradient(size_t i, const Tensor& slot) = 0;
+  /// True when parameter i's `.grad` is exactly its bucket_view (same memory, shape and strides).
+  bool grad_is_bucket_view(size_t i) const;
   /// Starts the collective of full bucket `b`.
   virtual WorkPtr launch(size_t b) = 0;
   /// Runs at the end of backward once every bucket's collective has finished.
@@ -111,6 +114,9 @@ class BucketedReducer : public GradientReducer, public std::enable_shared_from_t
  private:
   void build_buckets(const std::vector<int>& group_of, int64_t pad_to);
   void mark_ready(size_t param);
+  /// Brings parameter i's fresh gradient into its bucket slot (and, with bucket views, makes the
+  /// slot its `.grad`).
+  void take_gradient(size_t i);
   void launch_ready_buckets();
   void finalize();
 

@@ -59,6 +59,16 @@ std::string first_difference(const std::vector<std::string>& mine, const std::ve
 
 }  // namespace
 
+ReducerOptions reducer_options(const DDPOptions& options) {
+  ReducerOptions r;
+  r.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb * (1 << 20));
+  r.bucket_cap_bytes = static_cast<int64_t>(options.bucket_cap_mb * (1 << 20));
+  r.find_unused_parameters = options.find_unused_parameters;
+  r.overlap = options.overlap;
+  r.gradient_as_bucket_view = options.gradient_as_bucket_view;
+  return r;
+}
+
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                                                  DDPOptions options)
     : nn::Module("DistributedDataParallel"), module_(std::move(module)), pg_(std::move(pg)), options_(options) {
@@ -72,21 +82,21 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   broadcast_state(/*buffers_only=*/false);
   sync_buffers_ = options.broadcast_buffers && pg_->size() > 1 && !module_->buffers().empty();
 
-  std::vector<std::string> names;
-  std::vector<Tensor> params;
-  for (const auto& [name, p] : module_->named_parameters()) {
-    if (!p.requires_grad()) continue;
-    names.push_back(name);
-    params.push_back(p);
-    trained_.emplace_back(name, p);
+  for (const auto& [name, p] : module_->named_parameters())
+    if (p.requires_grad()) trained_.emplace_back(name, p);
+}
+
+GradientReducer& DistributedDataParallel::reducer() const {
+  if (reducer_ == nullptr) {
+    std::vector<std::string> names;
+    std::vector<Tensor> params;
+    for (const auto& [name, p] : trained_) {
+      names.push_back(name);
+      params.push_back(p);
+    }
+    reducer_ = Reducer::create(std::move(names), std::move(params), pg_, reducer_options(options_));
   }
-  ReducerOptions r;
-  r.first_bucket_bytes = static_cast<int64_t>(options.first_bucket_mb * (1 << 20));
-  r.bucket_cap_bytes = static_cast<int64_t>(options.bucket_cap_mb * (1 << 20));
-  r.find_unused_parameters = options.find_unused_parameters;
-  r.overlap = options.overlap;
-  r.gradient_as_bucket_view = options.gradient_as_bucket_view;
-  reducer_ = Reducer::create(std::move(names), std::move(params), pg_, r);
+  return *reducer_;
 }
 
 void DistributedDataParallel::set_gradient_reducer(std::shared_ptr<GradientReducer> reducer) {
@@ -138,9 +148,9 @@ void DistributedDataParallel::broadcast_state(bool buffers_only) {
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (sync_buffers_) broadcast_state(/*buffers_only=*/true);
   if (GradMode::is_enabled() && sync_)
-    reducer_->prepare_for_backward();
+    reducer().prepare_for_backward();
   else
-    reducer_->disarm();
+    reducer().disarm();
   return module_->forward(input);
 }
 

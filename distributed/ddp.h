@@ -43,6 +43,9 @@ struct DDPOptions {
   bool gradient_as_bucket_view = true;
 };
 
+/// The bucket sizes and flags of `options` in the reducers' terms.
+ReducerOptions reducer_options(const DDPOptions& options);
+
 class DistributedDataParallel : public nn::Module {
  public:
   /// Checks that every rank holds the same parameter and buffer names, shapes and dtypes (an
@@ -78,10 +81,12 @@ class DistributedDataParallel : public nn::Module {
 
   /// Arms the next backward to all-reduce, as a synchronised forward does: for callers that run
   /// several forwards (under no_sync) before their backwards, such as pipeline schedules.
-  void prepare_for_backward() { reducer_->prepare_for_backward(); }
+  void prepare_for_backward() { reducer().prepare_for_backward(); }
 
   /// Replaces the all-reducing gradient reducer (ZeroRedundancyOptimizer installs its
   /// reduce-scattering one here); the old reducer's hooks go quiet once it is released.
+  /// DDP's own reducer is built (its buckets allocated) on first use, so one replaced before
+  /// the first forward never holds memory.
   void set_gradient_reducer(std::shared_ptr<GradientReducer> reducer);
   /// The parameters that get gradients, with their names, in registration order (what the
   /// reducer buckets).
@@ -92,11 +97,13 @@ class DistributedDataParallel : public nn::Module {
   const std::shared_ptr<ProcessGroup>& shared_process_group() const { return pg_; }
   const DDPOptions& options() const { return options_; }
   /// Communication timings of the last synchronised backward.
-  const ReducerStats& stats() const { return reducer_->stats(); }
+  const ReducerStats& stats() const { return reducer().stats(); }
   /// Parameter names per gradient bucket, in the order their all-reduces are launched.
-  std::vector<std::vector<std::string>> bucket_names() const { return reducer_->bucket_names(); }
+  std::vector<std::vector<std::string>> bucket_names() const { return reducer().bucket_names(); }
 
  private:
+  /// The gradient reducer; builds DDP's all-reducing one when none is set yet.
+  GradientReducer& reducer() const;
   void adopt_model_entries();
   void check_same_model();
   void broadcast_state(bool buffers_only);
@@ -105,7 +112,7 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<ProcessGroup> pg_;
   DDPOptions options_;
   std::vector<std::pair<std::string, Tensor>> trained_;
-  std::shared_ptr<GradientReducer> reducer_;
+  mutable std::shared_ptr<GradientReducer> reducer_;  // built lazily: see set_gradient_reducer
   bool sync_ = true;
   bool sync_buffers_ = false;  // broadcast rank 0's buffers before each forward (there are some)
 };

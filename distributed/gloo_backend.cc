@@ -363,16 +363,30 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor> outputs, Tensor input) {
   return enqueue("allgather", [this, outputs, input](const Task& task) {
     Tensor in = stage(input);
     Tensor all = empty({size_ * in.numel()}, dtype(in.dtype()));
-    KILN_DISPATCH_ALL(in.dtype(), "allgather", [&]<class T>() {
-      gloo::AllgatherOptions o(context_);
-      o.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
-      o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
-      o.setTag(tag(task.work->seq()));
-      o.setTimeout(timeout_);
-      gloo::allgather(o);
-    });
+    allgather_host(all, in, task.work->seq());
     for (int r = 0; r < size_; ++r)
       Tensor(outputs[r]).copy_(all.narrow(0, r * in.numel(), in.numel()).view(input.sizes()));
+  });
+}
+
+void ProcessGroupGloo::allgather_host(const Tensor& all, const Tensor& in, uint64_t seq) {
+  KILN_DISPATCH_ALL(in.dtype(), "allgather", [&]<class T>() {
+    gloo::AllgatherOptions o(context_);
+    o.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
+    o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
+    o.setTag(tag(seq));
+    o.setTimeout(timeout_);
+    gloo::allgather(o);
+  });
+}
+
+WorkPtr ProcessGroupGloo::allgather_into_tensor(Tensor output, Tensor input) {
+  // Straight into a contiguous host output (ZeRO's buckets): no staging buffer of the result.
+  const bool direct = output.defined() && input.defined() && output.device() == kCPU && output.is_contiguous() &&
+                      output.dtype() == input.dtype() && output.numel() == input.numel() * size_;
+  if (!direct) return ProcessGroup::allgather_into_tensor(std::move(output), std::move(input));
+  return enqueue("allgather", [this, output, input](const Task& task) {
+    allgather_host(output, stage(input), task.work->seq());
   });
 }
 
@@ -392,17 +406,37 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
     int64_t n = output.numel();
     Tensor all = empty({size_ * n}, dtype(output.dtype()));
     for (int r = 0; r < size_; ++r) all.narrow(0, r * n, n).copy_(inputs[r].reshape({n}));
-    if (shm_) {
-      allreduce_host(all, op, task.work->seq());
-    } else {
-      KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
-        ring_reduce_scatter(*context_, all.data_ptr(), static_cast<size_t>(n), sizeof(T), reducer<T>(op),
-                            tag(task.work->seq()), timeout_);
-      });
-    }
-    Tensor mine = all.narrow(0, rank_ * n, n).view(output.sizes());
-    if (op == ReduceOp::kAvg) mine.div_(size_);
-    Tensor(output).copy_(mine);
+    Tensor(output).copy_(reduce_scatter_host(all, op, task.work->seq()).view(output.sizes()));
+  });
+}
+
+Tensor ProcessGroupGloo::reduce_scatter_host(const Tensor& all, ReduceOp op, uint64_t seq) {
+  const int64_t n = all.numel() / size_;
+  if (shm_) {
+    allreduce_host(all, op, seq);
+  } else {
+    KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
+      ring_reduce_scatter(*context_, all.data_ptr(), static_cast<size_t>(n), sizeof(T), reducer<T>(op), tag(seq),
+                          timeout_);
+    });
+  }
+  Tensor mine = all.narrow(0, rank_ * n, n);
+  if (op == ReduceOp::kAvg) mine.div_(size_);
+  return mine;
+}
+
+WorkPtr ProcessGroupGloo::reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) {
+  // The in-place form (output is chunk rank() of a contiguous host input, as ZeRO's buckets run
+  // it) reduces the input itself: no staging copy of the whole buffer.
+  const bool in_place = output.defined() && input.defined() && input.device() == kCPU && input.is_contiguous() &&
+                        output.is_contiguous() && output.dtype() == input.dtype() &&
+                        input.numel() == output.numel() * size_ &&
+                        output.data_ptr() == input.reshape({input.numel()}).narrow(0, rank_ * output.numel(),
+                                                                                    output.numel()).data_ptr();
+  if (!in_place) return ProcessGroup::reduce_scatter_tensor(std::move(output), std::move(input), op);
+  check_avg("reduce_scatter_tensor", op, output);
+  return enqueue("reduce_scatter", [this, input, op](const Task& task) {
+    reduce_scatter_host(input.reshape({input.numel()}), op, task.work->seq());
   });
 }
 

@@ -57,6 +57,11 @@ class ProcessGroupGloo final : public ProcessGroup {
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
   WorkPtr allgather(std::vector<Tensor> outputs, Tensor input) override;
   WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override;
+  /// In place when `output` is chunk rank() of `input` (contiguous, on the host): the other
+  /// chunks are left holding partial results. Otherwise as ProcessGroup's.
+  WorkPtr reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override;
+  /// Straight into `output` when it is contiguous on the host; otherwise as ProcessGroup's.
+  WorkPtr allgather_into_tensor(Tensor output, Tensor input) override;
   WorkPtr send(Tensor t, int dst, int tag) override;
   WorkPtr recv(Tensor t, int src, int tag) override;
   WorkPtr barrier() override;
@@ -73,6 +78,11 @@ class ProcessGroupGloo final : public ProcessGroup {
   uint32_t tag(uint64_t seq) const { return static_cast<uint32_t>(seq); }
   /// In-place all-reduce of a contiguous host tensor (shared memory or Gloo's ring).
   void allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq);
+  /// Reduce-scatter of a contiguous host tensor of size() chunks, in place: returns chunk rank(),
+  /// the result (shared memory: an all-reduce; else the ring of gloo_ring.h).
+  Tensor reduce_scatter_host(const Tensor& all, ReduceOp op, uint64_t seq);
+  /// Gloo's all-gather of a contiguous host tensor into `all` (size() chunks shaped like it).
+  void allgather_host(const Tensor& all, const Tensor& in, uint64_t seq);
 
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::Context> context_;

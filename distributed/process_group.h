@@ -79,8 +79,10 @@ class ProcessGroup {
   virtual WorkPtr reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op = ReduceOp::kSum) = 0;
   /// The flat forms ZeRO's buckets use (torch's reduce_scatter_tensor / all_gather_into_tensor):
   /// `input` holds size() equal chunks back to back; `output` (shaped like one chunk, same dtype)
-  /// receives the reduction of chunk rank() over ranks. `input` is left as it was. The default
-  /// goes through reduce_scatter with views; a backend with a flat primitive overrides it.
+  /// receives the reduction of chunk rank() over ranks. `output` may be chunk rank() of `input`
+  /// (in place, as ZeRO's buckets run it); then the other chunks may be left holding partial
+  /// results, else `input` is left as it was. The default goes through reduce_scatter with views;
+  /// a backend with a flat primitive overrides it.
   virtual WorkPtr reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op = ReduceOp::kSum);
   /// `output` (size() chunks back to back, each shaped like `input` flattened) receives every
   /// rank's `input` in rank order.

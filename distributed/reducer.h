@@ -1,8 +1,7 @@
 // The gradient reducer behind DistributedDataParallel: the bucketed reducer of
-// bucketed_reducer.h with an averaging all-reduce per bucket. A parameter's hook copies its
-// gradient into its bucket; at the end of backward the averaged gradients are written back into
-// `.grad` (or, with gradient_as_bucket_view, each `.grad` stays a view of its bucket, so nothing
-// is copied in or back).
+// bucketed_reducer.h with an averaging all-reduce per bucket. At the end of backward the averaged
+// gradients are written back into `.grad` (or, with gradient_as_bucket_view, each `.grad` stays a
+// view of its bucket, so nothing is copied in or back).
 #pragma once
 
 #include <memory>
@@ -22,7 +21,6 @@ class Reducer final : public BucketedReducer {
  private:
   Reducer(std::vector<std::string> names, std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg,
           ReducerOptions options);
-  void take_gradient(size_t i, const Tensor& slot) override;
   WorkPtr launch(size_t b) override;
   void finish() override;
 };

@@ -51,13 +51,8 @@ ZeroRedundancyOptimizer::Parts ZeroRedundancyOptimizer::build(DistributedDataPar
   KILN_CHECK(static_cast<int64_t>(params.size()) == index,
              "ZeroRedundancyOptimizer: the groups hold {} tensors, but the model trains {} parameters (every group "
              "member must be a parameter of the DDP model that requires a gradient)", index, params.size());
-  const DDPOptions& d = ddp.options();
-  ReducerOptions r;
-  r.first_bucket_bytes = static_cast<int64_t>(d.first_bucket_mb * (1 << 20));
-  r.bucket_cap_bytes = static_cast<int64_t>(d.bucket_cap_mb * (1 << 20));
-  r.find_unused_parameters = d.find_unused_parameters;
-  r.overlap = d.overlap;
-  parts.reducer = ZeroReducer::create(std::move(names), std::move(params), std::move(group_of), parts.pg, r);
+  parts.reducer = ZeroReducer::create(std::move(names), std::move(params), std::move(group_of), parts.pg,
+                                      reducer_options(ddp.options()));
 
   std::vector<optim::ParamGroup> shard_groups;
   for (size_t g = 0; g < groups.size(); ++g) {

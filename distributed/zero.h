@@ -10,9 +10,13 @@
 //   ... loss.backward(); opt.clip_grad_norm_(1.0); opt.step(); opt.zero_grad();
 //
 // The optimizer is an optim::Optimizer over the shards (1-D tensors): LR schedulers and
-// GradScaler take it as they take any other. After a synchronised backward the gradients live in
-// the shards (the parameters' own .grad are dropped), so clip with clip_grad_norm_ below, and
-// share GradScaler's found-inf flag (dist::share_found_inf): each rank only sees its shard. Its
+// GradScaler take it as they take any other. The gradients live in the reducer's buckets (each
+// parameter's .grad a view of its slot, as DDP's gradient_as_bucket_view): after a synchronised
+// backward the shards' .grad are views of this rank's reduce-scattered chunk and the parameters'
+// own .grad are dropped (until step() zeroes the buckets and makes them views again), so clip with
+// clip_grad_norm_ below, and share GradScaler's found-inf flag (dist::share_found_inf): each rank
+// only sees its shard. zero_grad() acts on the shards: set_to_none drops a shard's view (the next
+// backward makes it again), otherwise zeroes it in the bucket. Its
 // state_dict() throws (one rank holds only its part): save with dist::save_zero_checkpoint, or
 // take consolidated_state_dict().
 #pragma once

@@ -1,6 +1,6 @@
 // ZeRO-1's reduce-scattering reducer; see zero_reducer.h. The hook/launch/finalize flow is
-// bucketed_reducer.cc's, with reduce_scatter_tensor as the collective and the shards' gradients
-// as the result.
+// bucketed_reducer.cc's (gradients entering the buckets as views), with an in-place
+// reduce_scatter_tensor as the collective and views of the buckets as the shards' gradients.
 #include "distributed/zero_reducer.h"
 
 #include <algorithm>
@@ -17,6 +17,7 @@ std::shared_ptr<ZeroReducer> ZeroReducer::create(std::vector<std::string> names,
   KILN_CHECK(pg != nullptr, "ZeroRedundancyOptimizer: the process group is null");
   KILN_CHECK(!params.empty(), "ZeroRedundancyOptimizer: no parameter requires a gradient");
   const int world = pg->size();
+  options.gradient_as_bucket_view = true;  // the whole point of stage 1: no second full gradient
   std::shared_ptr<ZeroReducer> r(
       new ZeroReducer(std::move(names), std::move(params), group_of, std::move(pg), options, world));
   register_hooks(r);
@@ -32,7 +33,6 @@ ZeroReducer::ZeroReducer(std::vector<std::string> names, std::vector<Tensor> par
     s.numel = b.flat.numel() / world;
     TensorOptions o = TensorOptions().dtype(b.flat.dtype()).device(b.flat.device());
     s.shard = zeros({s.numel}, o);
-    s.grad = zeros({s.numel}, o);
     shards_.push_back(std::move(s));
   }
   refresh_shards();
@@ -69,29 +69,28 @@ void ZeroReducer::gather_parameters() {
       p.copy_(b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes()));
     }
     b.flat.zero_();  // ready to collect gradients again, padding included
+    for (size_t i : b.params) params_[i].set_grad(bucket_view(i));
   }
 }
 
-void ZeroReducer::take_gradient(size_t i, const Tensor& slot) {
-  NoGradGuard no_grad;
-  Tensor s = slot;
-  s.copy_(params_[i].grad());
+Tensor ZeroReducer::grad_chunk(size_t b) const {
+  const int64_t n = shards_[b].numel;
+  return buckets_[b].flat.narrow(0, pg_->rank() * n, n);
 }
 
 WorkPtr ZeroReducer::launch(size_t b) {
-  return pg_->reduce_scatter_tensor(shards_[b].grad, buckets_[b].flat, ReduceOp::kAvg);
+  return pg_->reduce_scatter_tensor(grad_chunk(b), buckets_[b].flat, ReduceOp::kAvg);
 }
 
 void ZeroReducer::finish() {
-  // The shards carry the gradients now; the full-size local ones are dropped (their memory is
-  // what stage 1 leaves to be saved by later stages, and a stale one must not leak into the
-  // next step's accumulation).
-  for (ZeroShard& s : shards_) {
-    if (s.shard.grad().defined())
-      s.shard.grad().copy_(s.grad);
-    else
-      s.shard.set_grad(s.grad.clone());
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    Tensor chunk = grad_chunk(b);
+    const Tensor& g = shards_[b].shard.grad();
+    if (!g.defined() || g.data_ptr() != chunk.data_ptr()) shards_[b].shard.set_grad(chunk);
   }
+  // Outside this rank's chunk the buckets hold local or partly reduced gradients, which no one may
+  // read as the parameters' gradients (nor accumulate into): the views are dropped until
+  // gather_parameters() zeroes the buckets.
   for (Tensor& p : params_) p.set_grad(Tensor());
 }
 
