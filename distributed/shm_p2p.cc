@@ -124,12 +124,15 @@ struct ShmP2P::Channel {
   std::shared_ptr<Early> early_msg;
   std::vector<unsigned char> discard;  // a message of the wrong size for its receive
 
+  // n == 0 returns first: an empty message's pointer may be null, and memcpy's may never be.
   void copy_in(uint64_t pos, const unsigned char* src, size_t n) {
+    if (n == 0) return;
     size_t off = pos & (cap - 1), first = std::min(n, cap - off);
     std::memcpy(out + off, src, first);
     std::memcpy(out, src + first, n - first);
   }
   void copy_out(uint64_t pos, unsigned char* dst, size_t n) const {
+    if (n == 0) return;
     size_t off = pos & (cap - 1), first = std::min(n, cap - off);
     std::memcpy(dst, in + off, first);
     std::memcpy(dst + first, in, n - first);
@@ -269,7 +272,7 @@ void ShmP2P::deliver(Channel& ch) {
       op.error = fmt::format("recv from rank {} (tag {}): the buffer has {} bytes, the message {}", op.peer, op.tag,
                              op.bytes, e.bytes.size());
     else
-      std::memcpy(op.data, e.bytes.data(), op.bytes);
+      if (op.bytes > 0) std::memcpy(op.data, e.bytes.data(), op.bytes);
     op.done = true;
     op.keep.reset();
     it = ch.early.erase(it);
