@@ -127,6 +127,10 @@ class P2PWork final : public Work {
                                           is_send_ ? "to" : "from", peer_, s, rank_));
         }
         complete_ = nullptr;  // the transport's state for it, and the memory it kept
+        // The tensors too: a finished Work may outlive the step by far (the flight recorder's
+        // ring keeps the last 2000), and must not keep a pipeline's activations alive with it.
+        user_ = Tensor();
+        host_ = Tensor();
         finish(error);
       }
     }

@@ -197,6 +197,11 @@ void ring_exchange(int rank, int world) {
     auto s = pg->send(out, (rank + 1) % world, 7);
     r->wait();
     s->wait();
+    // A finished transfer keeps no reference to its tensors (the Works live on here, as they
+    // do in the flight recorder's ring).
+    expect(out.impl_ptr().use_count() == 1 && in.impl_ptr().use_count() == 1,
+           "rank {}: finished transfers still hold their tensors ({} and {} references)", rank,
+           out.impl_ptr().use_count(), in.impl_ptr().use_count());
     const double want = static_cast<double>((rank + world - 1) % world + 1);
     expect((in - want).abs().max().item<double>() == 0, "rank {}: {} elements from the previous rank differ", rank,
            n);
