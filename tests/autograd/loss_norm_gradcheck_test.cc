@@ -8,11 +8,13 @@
 #include "autograd/autograd.h"
 #include "core/op_table.h"
 #include "tests/autograd/grad_test_util.h"
+#include "tests/core/test_util.h"
 
 using namespace kiln;
 
 namespace {
 
+using test::close;
 using test::Inputs;
 using test::leaf;
 
@@ -40,14 +42,6 @@ Tensor composite_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, d
 Tensor grad_of(const Tensor& leaf_t) { return leaf_t.grad().to(kFloat64); }
 
 /// |a - b| <= tol * (1 + |b|) elementwise.
-bool close(const Tensor& a, const Tensor& b, double tol) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::fabs(x[i] - y[i]) <= tol * (1 + std::fabs(y[i])))) return false;
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("cross_entropy gradcheck with ignore_index and label smoothing") {

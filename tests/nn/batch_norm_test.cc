@@ -9,11 +9,14 @@
 #include "autograd/node.h"
 #include "core/op_table.h"
 #include "nn/nn.h"
+#include "tests/core/test_util.h"
 
 using namespace kiln;
 namespace F = nn::functional;
 
 namespace {
+
+using test::close;
 
 /// The composite formula functional::batch_norm used before the primitive (training mode),
 /// running statistics updated with the unbiased variance.
@@ -38,14 +41,6 @@ Tensor composite_batch_norm(const Tensor& x, Tensor running_mean, Tensor running
   if (weight.defined()) y = y * weight.reshape(bshape);
   if (bias.defined()) y = y + bias.reshape(bshape);
   return y;
-}
-
-bool close(const Tensor& a, const Tensor& b, double tol) {
-  if (a.sizes() != b.sizes()) return false;
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::fabs(x[i] - y[i]) <= tol * (1 + std::fabs(y[i])))) return false;
-  return true;
 }
 
 Tensor param(const Tensor& t) { return t.clone().set_requires_grad(true); }

@@ -4,21 +4,12 @@
 #include <cmath>
 
 #include "nn/nn.h"
+#include "tests/core/test_util.h"
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
 
-namespace {
-
-bool close(const Tensor& a, const Tensor& b, double tol = 1e-10) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  if (a.sizes() != b.sizes()) return false;
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(std::fabs(x[i] - y[i]) <= tol * (1 + std::fabs(y[i])))) return false;
-  return true;
-}
-
-}  // namespace
+using test::close;
 
 TEST_CASE("layer_norm over two dims matches mean / variance normalization, with gradients") {
   manual_seed(42);
@@ -26,7 +17,7 @@ TEST_CASE("layer_norm over two dims matches mean / variance normalization, with 
   Tensor w = rand({4, 5}, kFloat64) + 0.5, b = rand({4, 5}, kFloat64);
   Tensor c = x - x.mean({1, 2}, true);
   Tensor ref = c * rsqrt((c * c).mean({1, 2}, true) + 1e-5) * w + b;
-  CHECK(close(F::layer_norm(x, {4, 5}, w, b, 1e-5), ref));
+  CHECK(close(F::layer_norm(x, {4, 5}, w, b, 1e-5), ref, 1e-10));
   std::vector<Tensor> leaves = {x.detach().set_requires_grad(true), w.detach().set_requires_grad(true),
                                 b.detach().set_requires_grad(true)};
   auto r = autograd::gradcheck(
