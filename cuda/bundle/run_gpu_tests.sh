@@ -57,15 +57,26 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_vers
 passed=0
 failed=0
 failed_names=()
+# Each check runs under a time limit (a hung test fails alone; $KILN_GPU_TEST_TIMEOUT seconds,
+# default 300) and reports how long it took.
 run() {
-  local name=$1
+  local name=$1 start=$SECONDS
   shift
   echo "==== $name"
-  if "$@"; then
+  local limit=(timeout "${KILN_GPU_TEST_TIMEOUT:-300}")
+  [ "$(type -t "$1")" = function ] && limit=()  # two_ranks: its processes have their own limit
+  if "${limit[@]}" "$@"; then
     passed=$((passed + 1))
+    echo "---- $name passed ($((SECONDS - start)) s)"
   else
+    local rc=$?
     failed=$((failed + 1))
     failed_names+=("$name")
+    if [ "$rc" = 124 ]; then
+      echo "---- $name FAILED: no result within ${KILN_GPU_TEST_TIMEOUT:-300} s"
+    else
+      echo "---- $name FAILED (exit $rc, $((SECONDS - start)) s)"
+    fi
   fi
 }
 fail_run() {  # a check that could not even start
@@ -73,6 +84,21 @@ fail_run() {  # a check that could not even start
   echo "FAILED: $2"
   failed=$((failed + 1))
   failed_names+=("$1")
+}
+# Two ranks of COMMAND on this host's first GPU through NCCL: each its own NCCL_HOSTID and
+# sockets over loopback (as nccl_test does), since NCCL refuses two ranks on one GPU of one host.
+# two_ranks PORT COMMAND...: fails when either rank does.
+two_ranks() {
+  local port=$1 r rc=0 pids=()
+  shift
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      NCCL_HOSTID=kiln-bench-host-$r NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo \
+      timeout "${KILN_GPU_TEST_TIMEOUT:-300}" "$@" &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do wait "$r" || rc=1; done
+  return $rc
 }
 run_kiln() {
   local name=$1
@@ -109,6 +135,10 @@ if [ "$bench" = 1 ]; then
   else
     export KILN_TORCH_PYTHON="$py"
     run gemm_vs_pytorch "$py" "$here/scripts/gemm_vs_pytorch.py" --gemm-bench "$wrap/gemm_bench"
+    # NCCL all-reduce with 2 ranks on the one GPU (sockets between them): Kiln, then PyTorch.
+    run allreduce_nccl_2_ranks two_ranks 29517 env LD_LIBRARY_PATH="$kiln_ldp" "$here/bench/allreduce_bench" \
+      --backend nccl
+    run allreduce_pytorch_nccl_2_ranks two_ranks 29518 "$py" "$here/scripts/allreduce_pytorch.py"
     run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$wrap/amp_bench" \
       --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
   fi
