@@ -1,13 +1,13 @@
 // Host side of the fused optimizer steps on CUDA (kernels::sgd_step, kernels::adam_step): gathers
 // the lists' pointers and sizes and launches the multi-tensor kernels (cuda/kernels/optim.cu) on
-// the parameters' device's current stream. The lists are as core/kernels.h states (one device and
-// floating dtype, contiguous, pairwise the same shape, the optional lists given exactly when
-// needed): optim/sgd.cc and optim/adam.cc batch only what optim::fusable accepts.
+// the parameters' device's current stream. The lists are checked against the slots' contract
+// (core/optim_step_check.h) first: a mismatched list would make the kernel write past a tensor.
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
 #include "core/kernels.h"
+#include "core/optim_step_check.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/kernels/optim.h"
@@ -38,6 +38,7 @@ void bump(std::vector<Tensor>& ts) {
 void sgd_step_kernel(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& bufs,
                      const SGDStepParams& s, bool first) {
   if (params.empty()) return;
+  check_sgd_step(params, grads, bufs, s);
   std::vector<int64_t> numels = numels_of(params);
   std::vector<void*> p = pointers(params), g = pointers(grads), b = pointers(bufs);
   DeviceGuard guard(params.front().device());
@@ -53,6 +54,7 @@ void adam_step_kernel(std::vector<Tensor>& params, const std::vector<Tensor>& gr
                       std::vector<Tensor>& exp_avg_sqs, std::vector<Tensor>& max_exp_avg_sqs,
                       const AdamStepParams& s) {
   if (params.empty()) return;
+  check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, s);
   std::vector<int64_t> numels = numels_of(params);
   std::vector<void*> p = pointers(params), g = pointers(grads), m = pointers(exp_avgs), v = pointers(exp_avg_sqs);
   std::vector<void*> vmax = pointers(max_exp_avg_sqs);

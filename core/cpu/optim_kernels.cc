@@ -4,40 +4,11 @@
 #include <cmath>
 
 #include "core/kernels.h"
+#include "core/optim_step_check.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {
 namespace {
-
-// The lists a step kernel takes beside params: each tensor contiguous and of its parameter's
-// dtype, device and shape. A list that is not `required` may be empty.
-struct TensorList {
-  const char* name;
-  const std::vector<Tensor>* tensors;
-  bool required;
-};
-
-void check_lists(const char* op, const std::vector<Tensor>& params, std::initializer_list<TensorList> lists) {
-  for (const Tensor& p : params) {
-    KILN_CHECK(p.defined() && p.is_contiguous(), "{}: every parameter must be defined and contiguous", op);
-    KILN_CHECK(p.dtype() == params.front().dtype() && p.device() == params.front().device(),
-               "{}: parameters mix {} on {} with {} on {}", op, p.dtype(), p.device(), params.front().dtype(),
-               params.front().device());
-  }
-  for (const TensorList& l : lists) {
-    if (!l.required && l.tensors->empty()) continue;
-    KILN_CHECK(l.tensors->size() == params.size(), "{}: {} {} for {} parameters", op, l.tensors->size(), l.name,
-               params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      const Tensor& t = (*l.tensors)[i];
-      const Tensor& p = params[i];
-      KILN_CHECK(t.defined() && t.is_contiguous() && t.dtype() == p.dtype() && t.device() == p.device() &&
-                     t.sizes() == p.sizes(),
-                 "{}: {}[{}] must be a contiguous {} tensor of shape {} on {} like its parameter", op, l.name, i,
-                 p.dtype(), p.sizes(), p.device());
-    }
-  }
-}
 
 // p -= lr * d, with d the (weight-decayed, momentum-filtered) gradient. `first` seeds the
 // momentum buffer with the gradient, as PyTorch does on a parameter's first step.
@@ -121,9 +92,7 @@ void adam_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __re
 void sgd_step_kernel(std::vector<Tensor>& params, const std::vector<Tensor>& grads, std::vector<Tensor>& bufs,
                      const SGDStepParams& s, bool first) {
   if (params.empty()) return;
-  check_lists("sgd_step", params, {{"grads", &grads, true}, {"bufs", &bufs, false}});
-  KILN_CHECK(s.momentum != 0 || bufs.empty(), "sgd_step: momentum buffers given but momentum is 0");
-  KILN_CHECK(s.momentum == 0 || !bufs.empty(), "sgd_step: momentum {} needs momentum buffers", s.momentum);
+  check_sgd_step(params, grads, bufs, s);
   dispatch_floating(params.front().dtype(), "sgd_step", [&]<class T>() {
     for (size_t i = 0; i < params.size(); ++i) {
       sgd_fused<T>(params[i].data_ptr<T>(), grads[i].data_ptr<T>(), bufs.empty() ? nullptr : bufs[i].data_ptr<T>(),
@@ -138,12 +107,7 @@ void adam_step_kernel(std::vector<Tensor>& params, const std::vector<Tensor>& gr
                       std::vector<Tensor>& exp_avg_sqs, std::vector<Tensor>& max_exp_avg_sqs,
                       const AdamStepParams& s) {
   if (params.empty()) return;
-  check_lists("adam_step", params,
-              {{"grads", &grads, true},
-               {"exp_avgs", &exp_avgs, true},
-               {"exp_avg_sqs", &exp_avg_sqs, true},
-               {"max_exp_avg_sqs", &max_exp_avg_sqs, false}});
-  KILN_CHECK(s.amsgrad == !max_exp_avg_sqs.empty(), "adam_step: max_exp_avg_sqs must be given exactly when amsgrad");
+  check_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, s);
   dispatch_floating(params.front().dtype(), "adam_step", [&]<class T>() {
     const AdamConsts<opmath_t<T>> c = adam_consts<opmath_t<T>>(s);
     for (size_t i = 0; i < params.size(); ++i) {
