@@ -1,10 +1,12 @@
 // Host side of the CUDA reductions (sum, mean, max, min, prod over any dims; argmax/argmin) and softmax /
 // log_softmax (forward and backward, any dim): the reduced dims are moved last (a copy only
-// when that layout is not already contiguous), the .cu kernels work on [rows, R] rows, and the
+// when that layout is not already contiguous) and the .cu kernels work on [rows, R] rows, except
+// that a contiguous input reduced over one block of leading dims is reduced down its columns; the
 // result is copied into `out` when out is strided or of another dtype. Operands are as
 // core/kernels.h states: core/ops/reduce.cc wraps and de-duplicates the dims, picks the dtypes,
 // refuses max/min (and argmax/argmin) over a zero-size dim and allocates `out`; softmax's backward
 // gets the forward's output and a gradient of its shape (autograd/functions/reduce.cc).
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -58,9 +60,27 @@ void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList&
     return;
   }
   const int64_t rows = out.numel();
-  Tensor xc = moved_last(x, reduced, x.dtype());
   const bool direct = out.is_contiguous();
   Tensor oc = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  // A contiguous x whose reduced dims are one block with kept dims after it ([A, R, C], C > 1):
+  // reduced where it lies, down the columns, instead of being moved last by a transposing copy.
+  int64_t first = nd, last = -1;
+  for (int64_t d = 0; d < nd; ++d)
+    if (reduced[d]) first = std::min(first, d), last = d;
+  const bool block = last >= 0 && last - first + 1 == static_cast<int64_t>(std::count(reduced.begin(), reduced.end(), true));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < first; ++d) outer *= x.size(d);
+  for (int64_t d = last + 1; d < nd; ++d) inner *= x.size(d);
+  if (x.is_contiguous() && block && inner >= 32 && outer <= 65535) {
+    const int64_t chunks = kern::reduce_column_chunks(outer * inner, R);
+    Tensor partials = chunks > 1 ? make_tensor({rows * chunks}, kInt64, out.device()) : Tensor();
+    kern::launch_reduce_columns(kind, scalar_type(x.dtype()), scalar_type(out.dtype()), x.data_ptr(), oc.data_ptr(),
+                                outer, R, inner, partials.defined() ? partials.data_ptr() : nullptr, stream_of(out));
+    KILN_CUDA_CHECK_LAUNCH();
+    if (!direct) kernels::copy[out.device()](out, oc);
+    return;
+  }
+  Tensor xc = moved_last(x, reduced, x.dtype());
   const int64_t chunks = kern::reduce_chunks(rows, R);
   Tensor partials = chunks > 1 ? make_tensor({rows * chunks}, kInt64, out.device()) : Tensor();
   kern::launch_reduce(kind, scalar_type(x.dtype()), scalar_type(out.dtype()), xc.data_ptr(), oc.data_ptr(), rows, R,

@@ -99,6 +99,23 @@ inline int64_t reduce_chunks(int64_t rows, int64_t R) {
   return c < max_c ? c : max_c;
 }
 
+/// Splits of a column reduction ([A, R, C] over R): enough chunks of R (of at least 32 rows) to
+/// give ~256k threads, so a wide but short output (sum(0) of a matrix) still fills the GPU.
+inline int64_t reduce_column_chunks(int64_t columns, int64_t R) {
+  constexpr int64_t kTargetThreads = 262144, kMinRows = 32;
+  if (columns >= kTargetThreads || R <= kMinRows) return 1;
+  int64_t c = (kTargetThreads + columns - 1) / columns;
+  const int64_t max_c = (R + kMinRows - 1) / kMinRows;
+  c = c < max_c ? c : max_c;
+  return c < 65535 ? c : 65535;  // the grid's z extent
+}
+
+/// out[a, c] = kind over x[a, 0..R, c] for a contiguous [A, R, C] x; out is A * C contiguous
+/// values; `partials` holds A * C * reduce_column_chunks(A * C, R) 8-byte values (unused when
+/// that is 1). Accumulation and NaN rules as launch_reduce.
+void launch_reduce_columns(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr,
+                           int64_t outer, int64_t R, int64_t C, void* partials, CUstream_st* stream);
+
 /// out[r] = kind over x[r, 0..R) for a contiguous [rows, R] x; out is `rows` contiguous values.
 /// `partials` holds rows * reduce_chunks(rows, R) 8-byte values (unused when that is 1). Sums
 /// and products accumulate in float for 16-bit floats and f32, double for f64, int64 for

@@ -1,6 +1,7 @@
 // The elementwise loops every .cu launcher shares: a contiguous path with 16-byte vector loads
 // and stores (when every pointer is aligned for it), and a strided path whose offset calculator
-// turns a linear index into each operand's offset (broadcast operands have stride 0). Functors
+// turns a linear index into each operand's offset (broadcast operands have stride 0): in 32-bit
+// arithmetic with division by multiplication when every offset fits, else in 64-bit. Functors
 // take and return storage types; they do their own math in float/double (see dtypes.cuh).
 #pragma once
 
@@ -78,6 +79,87 @@ __global__ void strided_kernel(ElementwiseArgs<NIN + 1> a, F f) {
   }
 }
 
+/// n / d for 0 <= n < 2^31 with a multiply-high, an add and a shift instead of a division (as
+/// PyTorch's IntDivider): s = ceil(log2 d), m = floor(2^32 (2^s - d) / d) + 1, d >= 1.
+struct FastDiv {
+  uint32_t d = 1, m = 1, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    while ((uint64_t{1} << s) < d) ++s;
+    m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t operator()(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+};
+
+/// ElementwiseArgs in 32-bit offsets (every offset and the element count below 2^31, strides
+/// non-negative), with each size's FastDiv.
+template <int N> struct StridedArgs32 {
+  int ndim = 0;
+  uint32_t numel = 0;
+  FastDiv sizes[kMaxDims];
+  uint32_t strides[N][kMaxDims] = {};
+  void* data[N] = {};
+};
+
+template <int N> bool fits_32bit(const ElementwiseArgs<N>& a) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (a.numel >= kLimit) return false;
+  for (int k = 0; k < N; ++k) {
+    int64_t last = 0;
+    for (int d = 0; d < a.ndim; ++d) {
+      if (a.strides[k][d] < 0) return false;
+      last += (a.sizes[d] - 1) * a.strides[k][d];
+    }
+    if (last >= kLimit) return false;
+  }
+  return true;
+}
+
+template <int N> StridedArgs32<N> to_32bit(const ElementwiseArgs<N>& a) {
+  StridedArgs32<N> b;
+  b.ndim = a.ndim;
+  b.numel = static_cast<uint32_t>(a.numel);
+  for (int d = 0; d < a.ndim; ++d) b.sizes[d] = FastDiv(static_cast<uint32_t>(a.sizes[d]));
+  for (int k = 0; k < N; ++k) {
+    b.data[k] = a.data[k];
+    for (int d = 0; d < a.ndim; ++d) b.strides[k][d] = static_cast<uint32_t>(a.strides[k][d]);
+  }
+  return b;
+}
+
+/// The strided path in 32-bit offsets: kPer elements per thread, a block's threads on
+/// neighbouring elements (coalesced along the innermost dim), every load issued before the
+/// first store.
+template <class Out, class In, int NIN, class F>
+__global__ void strided32_kernel(StridedArgs32<NIN + 1> a, F f) {
+  constexpr int kPer = 4;
+  const uint32_t base = blockIdx.x * (blockDim.x * kPer) + threadIdx.x;
+  In args[kPer][NIN > 0 ? NIN : 1];
+  uint32_t out_off[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const uint32_t i = base + j * blockDim.x;
+    uint32_t off[NIN + 1] = {};
+    if (i < a.numel) {
+      uint32_t rem = i;
+      for (int d = a.ndim - 1; d >= 0; --d) {
+        const uint32_t q = a.sizes[d](rem);
+        const uint32_t r = rem - q * a.sizes[d].d;
+        rem = q;
+#pragma unroll
+        for (int k = 0; k <= NIN; ++k) off[k] += r * a.strides[k][d];
+      }
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) args[j][k] = static_cast<const In*>(a.data[k + 1])[off[k + 1]];
+    }
+    out_off[j] = off[0];
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (base + j * blockDim.x < a.numel)
+      static_cast<Out*>(a.data[0])[out_off[j]] = call<F, Out, In, NIN>(f, args[j]);
+}
+
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 /// Runs f over every element of `a` on `stream` (In is unused when NIN is 0).
@@ -102,6 +184,9 @@ void run_elementwise(const ElementwiseArgs<NIN + 1>& a, F f, cudaStream_t stream
       const int64_t blocks = (n + kThreads - 1) / kThreads;
       contiguous_kernel<1, Out, In, NIN><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(n, p, f);
     }
+  } else if (fits_32bit(a)) {
+    const int64_t blocks = (n + int64_t{kThreads} * 4 - 1) / (int64_t{kThreads} * 4);
+    strided32_kernel<Out, In, NIN><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(to_32bit(a), f);
   } else {
     // Grid-stride: enough blocks to fill the GPU, each looping.
     const int64_t blocks = (n + kThreads - 1) / kThreads;

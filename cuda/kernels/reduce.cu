@@ -1,7 +1,8 @@
-// Row reductions on CUDA (sum, mean, max, min, prod) over a contiguous [rows, R] input: a warp
+// Reductions on CUDA (sum, mean, max, min, prod). Rows: a contiguous [rows, R] input, a warp
 // per (row, chunk) with shuffles; long rows are split into chunks whose partials a second pass
-// reduces, so a full reduction of one long row still fills the GPU. The host side
-// (cuda/reduce.cc) moves reduced dims last first.
+// reduces, so a full reduction of one long row still fills the GPU. Columns: a contiguous
+// [A, R, C] input reduced over R (leading dims: sum(0) of a matrix), a thread per column and
+// chunk of R, partials again reduced by the row kernel. The host side (cuda/reduce.cc) picks one.
 #include <cstdint>
 #include <limits>
 
@@ -48,8 +49,19 @@ __global__ void reduce_kernel(ReduceKind kind, const In* x, int64_t rows, int64_
   const int64_t row = warp / chunks, c = warp % chunks;
   const int64_t b = c * chunk, e = b + chunk < R ? b + chunk : R;
   const In* p = x + row * R;
-  A acc = identity<A>(kind);
-  for (int64_t i = b + lane; i < e; i += 32) acc = step(kind, acc, static_cast<A>(to_math(p[i])));
+  // Four accumulators, so each lane keeps four coalesced loads in flight.
+  A acc = identity<A>(kind), acc1 = acc, acc2 = acc, acc3 = acc;
+  int64_t i = b + lane;
+  for (; i + 96 < e; i += 128) {
+    const A v0 = static_cast<A>(to_math(p[i])), v1 = static_cast<A>(to_math(p[i + 32]));
+    const A v2 = static_cast<A>(to_math(p[i + 64])), v3 = static_cast<A>(to_math(p[i + 96]));
+    acc = step(kind, acc, v0);
+    acc1 = step(kind, acc1, v1);
+    acc2 = step(kind, acc2, v2);
+    acc3 = step(kind, acc3, v3);
+  }
+  for (; i < e; i += 32) acc = step(kind, acc, static_cast<A>(to_math(p[i])));
+  acc = step(kind, step(kind, acc, acc1), step(kind, acc2, acc3));
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc = step(kind, acc, __shfl_down_sync(0xffffffffu, acc, off));
   if (lane != 0) return;
@@ -75,6 +87,57 @@ void run_reduce(ReduceKind kind, const In* x, void* out, int64_t rows, int64_t R
     return;
   }
   reduce_kernel<In, A, Out><<<grid, kThreads, 0, s>>>(kind, x, rows, R, chunks, chunk, partials, false, R);
+  const unsigned grid2 = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  reduce_kernel<A, A, Out><<<grid2, kThreads, 0, s>>>(kind, static_cast<const A*>(partials), rows, chunks, 1, chunks,
+                                                      out, true, R);
+}
+
+/// Column reduction of a contiguous [A, R, C] input over R: a thread per (a, c, chunk of R), the
+/// threads of a warp on neighbouring columns (coalesced), four rows in flight. Writes the finished
+/// value at out[a * C + c] (chunks == 1) or a partial at out[(a * C + c) * chunks + chunk].
+template <class In, class A, class Out>
+__global__ void reduce_columns_kernel(ReduceKind kind, const In* x, int64_t outer, int64_t R, int64_t C,
+                                      int64_t chunks, int64_t chunk, void* out) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t a = blockIdx.y, c = blockIdx.z;
+  if (col >= C || a >= outer) return;
+  const int64_t b = c * chunk, e = b + chunk < R ? b + chunk : R;
+  const In* p = x + a * R * C + col;
+  A acc = identity<A>(kind), acc1 = acc, acc2 = acc, acc3 = acc;
+  int64_t r = b;
+  for (; r + 3 < e; r += 4) {
+    const A v0 = static_cast<A>(to_math(p[r * C])), v1 = static_cast<A>(to_math(p[(r + 1) * C]));
+    const A v2 = static_cast<A>(to_math(p[(r + 2) * C])), v3 = static_cast<A>(to_math(p[(r + 3) * C]));
+    acc = step(kind, acc, v0);
+    acc1 = step(kind, acc1, v1);
+    acc2 = step(kind, acc2, v2);
+    acc3 = step(kind, acc3, v3);
+  }
+  for (; r < e; ++r) acc = step(kind, acc, static_cast<A>(to_math(p[r * C])));
+  acc = step(kind, step(kind, acc, acc1), step(kind, acc2, acc3));
+  const int64_t o = a * C + col;
+  if (chunks > 1) {
+    static_cast<A*>(out)[o * chunks + c] = acc;
+    return;
+  }
+  if (kind == ReduceKind::mean) acc = acc / static_cast<A>(R);
+  Out* y = static_cast<Out*>(out);
+  if constexpr (std::is_same_v<Out, bool>) y[o] = acc != A(0);
+  else y[o] = from_math<Out>(static_cast<opmath_t<Out>>(acc));
+}
+
+template <class In, class A, class Out>
+void run_reduce_columns(ReduceKind kind, const In* x, void* out, int64_t outer, int64_t R, int64_t C, void* partials,
+                        cudaStream_t s) {
+  constexpr int kThreads = 256, kWarps = kThreads / 32;
+  const int64_t chunks = reduce_column_chunks(outer * C, R);
+  const int64_t chunk = (R + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(outer),
+                  static_cast<unsigned>(chunks));
+  reduce_columns_kernel<In, A, Out><<<grid, kThreads, 0, s>>>(kind, x, outer, R, C, chunks, chunk,
+                                                               chunks > 1 ? partials : out);
+  if (chunks == 1) return;
+  const int64_t rows = outer * C;
   const unsigned grid2 = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
   reduce_kernel<A, A, Out><<<grid2, kThreads, 0, s>>>(kind, static_cast<const A*>(partials), rows, chunks, 1, chunks,
                                                       out, true, R);
@@ -141,6 +204,18 @@ void launch_reduce(ReduceKind kind, ScalarType in, ScalarType out, const void* x
       run_reduce<T, A, T>(kind, static_cast<const T*>(x), out_ptr, rows, R, partials, stream);
     } else if constexpr (std::is_integral_v<T>) {
       run_reduce<T, A, int64_t>(kind, static_cast<const T*>(x), out_ptr, rows, R, partials, stream);
+    }
+  });
+}
+
+void launch_reduce_columns(ReduceKind kind, ScalarType in, ScalarType out, const void* x, void* out_ptr,
+                           int64_t outer, int64_t R, int64_t C, void* partials, CUstream_st* stream) {
+  dispatch_all(in, [&]<class T>() {
+    using A = typename AccOf<T>::type;
+    if (out == in) {
+      run_reduce_columns<T, A, T>(kind, static_cast<const T*>(x), out_ptr, outer, R, C, partials, stream);
+    } else if constexpr (std::is_integral_v<T>) {
+      run_reduce_columns<T, A, int64_t>(kind, static_cast<const T*>(x), out_ptr, outer, R, C, partials, stream);
     }
   });
 }

@@ -38,6 +38,9 @@ TEST_CASE("reductions match the CPU over inner, outer, several and all dims") {
   const std::vector<Case> cases = {
       {{37, 129}, {1}},        {{37, 129}, {0}},       {{6, 7, 33}, {0, 2}}, {{6, 7, 33}, {0, 1, 2}},
       {{3, 300000}, {1}},      {{1 << 21}, {0}},       {{5, 1, 9}, {1}},
+      // Leading or middle dims of a contiguous input: reduced down the columns (one chunk, and
+      // several whose partials a second pass folds).
+      {{3, 5000, 40}, {1}},    {{4096, 300}, {0}},     {{2, 3, 64, 50}, {0, 1}}, {{33, 40}, {0}},
   };
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64}) {
     for (ReduceKind k : {ReduceKind::sum, ReduceKind::mean, ReduceKind::max, ReduceKind::min, ReduceKind::prod}) {
