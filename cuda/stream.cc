@@ -40,8 +40,13 @@ OwnedStream::OwnedStream(int device, int priority) : stream_(device) {
 }
 
 OwnedStream::~OwnedStream() {
-  DeviceGuard g(stream_.device());
-  cudaStreamDestroy(stream_.raw());  // queued work still completes; errors cannot be thrown here
+  // Never throws: at process exit the CUDA runtime may already be unloading (cudaGetDevice then
+  // fails), and the stream goes with the context anyway.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != stream_.device()) cudaSetDevice(stream_.device());
+  cudaStreamDestroy(stream_.raw());  // queued work still completes
+  if (previous != stream_.device()) cudaSetDevice(previous);
 }
 
 Event::~Event() {

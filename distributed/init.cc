@@ -83,6 +83,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   std::shared_ptr<ProcessGroup> pg =
       factory ? factory(rv.store, rv.rank, rv.world_size, options.timeout)
               : std::make_shared<ProcessGroupGloo>(rv.store, rv.rank, rv.world_size, gloo_options(options.timeout));
+  // The default group is released before the CUDA runtime unloads at exit (its atexit handler
+  // was registered earlier, so it runs later): an NCCL group can still close cleanly then.
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(destroy_process_group); });
   std::lock_guard<std::mutex> lock(g_mu);
   g_default = pg;
   g_store = rv.store;

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -232,11 +234,11 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
         return;
       }
     }
+    std::fprintf(stderr, "kiln NCCL: the group's work did not finish within %lld ms; aborting the communicator\n",
+                 static_cast<long long>(patience.count()));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln NCCL: closing the group failed (%s)\n", e.what());
+    std::fprintf(stderr, "kiln NCCL: closing the group failed (%s); aborting the communicator\n", e.what());
   }
-  std::fprintf(stderr, "kiln NCCL: the group's work did not finish within %lld ms; aborting the communicator\n",
-               static_cast<long long>(patience.count()));
   impl_->abort();
 }
 
@@ -270,11 +272,50 @@ WorkPtr run(ProcessGroupNCCL::Impl& g, const char* name, const char* calls, std:
   return work;
 }
 
+/// A collective run on device copies of host tensors: done when the collective is; wait() also
+/// copies each device result back into its host tensor (once).
+class HostStagedWork final : public Work {
+ public:
+  /// `back`: (host, device) pairs, the device tensor's result to be copied into the host one.
+  HostStagedWork(WorkPtr inner, std::vector<std::pair<Tensor, Tensor>> back)
+      : Work(inner->name(), inner->seq()), inner_(std::move(inner)), back_(std::move(back)) {}
+  bool is_completed() const override { return inner_->is_completed(); }
+  void wait() override {
+    inner_->wait();  // the caller's stream is now ordered after the collective
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      NoGradGuard no_grad;
+      for (auto& [host, device] : back_) host.copy_(device);  // device -> pageable host: synchronous
+    }
+    started_ = inner_->started();
+    finished_ = inner_->finished();
+    done_ = true;
+  }
+
+ private:
+  WorkPtr inner_;
+  std::vector<std::pair<Tensor, Tensor>> back_;
+};
+
 }  // namespace
 
 // Types and ops are worked out before run(): nothing may throw between ncclGroupStart and End.
 
+WorkPtr ProcessGroupNCCL::staged(const char* name, Tensor t, bool copy_back,
+                                 const std::function<WorkPtr(Tensor)>& op) {
+  KILN_CHECK(!copy_back || t.is_contiguous(), "{}: a host tensor must be contiguous (call .contiguous() and copy back)",
+             name);
+  NoGradGuard no_grad;
+  Tensor d = t.to(Device(DeviceType::CUDA, impl_->device));
+  WorkPtr w = op(d);
+  std::vector<std::pair<Tensor, Tensor>> back;
+  if (copy_back) back.emplace_back(t, d);
+  return std::make_shared<HostStagedWork>(std::move(w), std::move(back));
+}
+
 WorkPtr ProcessGroupNCCL::allreduce(Tensor t, ReduceOp op) {
+  if (t.defined() && t.device().is_cpu())
+    return staged("allreduce", t, true, [&](Tensor d) { return allreduce(d, op); });
   check_cuda_tensor("allreduce", t, impl_->device);
   const ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
   const ncclRedOp_t red = nccl_op(op);
@@ -284,6 +325,8 @@ WorkPtr ProcessGroupNCCL::allreduce(Tensor t, ReduceOp op) {
 }
 
 WorkPtr ProcessGroupNCCL::broadcast(Tensor t, int root) {
+  if (t.defined() && t.device().is_cpu())
+    return staged("broadcast", t, true, [&](Tensor d) { return broadcast(d, root); });
   check_cuda_tensor("broadcast", t, impl_->device);
   KILN_CHECK(root >= 0 && root < size_, "broadcast: root {} is out of range for a group of {} ranks", root, size_);
   const ncclDataType_t type = nccl_type(t.dtype(), "broadcast");
@@ -293,6 +336,8 @@ WorkPtr ProcessGroupNCCL::broadcast(Tensor t, int root) {
 }
 
 WorkPtr ProcessGroupNCCL::reduce(Tensor t, int root, ReduceOp op) {
+  if (t.defined() && t.device().is_cpu())
+    return staged("reduce", t, rank_ == root, [&](Tensor d) { return reduce(d, root, op); });
   check_cuda_tensor("reduce", t, impl_->device);
   KILN_CHECK(root >= 0 && root < size_, "reduce: root {} is out of range for a group of {} ranks", root, size_);
   const ncclDataType_t type = nccl_type(t.dtype(), "reduce");
@@ -303,6 +348,21 @@ WorkPtr ProcessGroupNCCL::reduce(Tensor t, int root, ReduceOp op) {
 }
 
 WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor> outputs, Tensor input) {
+  if (input.defined() && input.device().is_cpu()) {  // host tensors: gathered on device copies
+    NoGradGuard no_grad;
+    const Device dev(DeviceType::CUDA, impl_->device);
+    std::vector<Tensor> on_device;
+    std::vector<std::pair<Tensor, Tensor>> back;
+    for (const Tensor& o : outputs) {
+      KILN_CHECK(o.defined() && o.device().is_cpu() && o.is_contiguous(),
+                 "allgather: a host input needs contiguous host outputs (one is {})",
+                 o.defined() ? o.device().str() : "undefined");
+      on_device.push_back(empty(o.sizes(), TensorOptions().dtype(o.dtype()).device(dev)));
+      back.emplace_back(o, on_device.back());
+    }
+    WorkPtr w = allgather(on_device, input.to(dev));
+    return std::make_shared<HostStagedWork>(std::move(w), std::move(back));
+  }
   check_cuda_tensor("allgather", input, impl_->device);
   KILN_CHECK(static_cast<int>(outputs.size()) == size_, "allgather: {} output tensors for a group of {} ranks",
              outputs.size(), size_);
@@ -375,7 +435,9 @@ void ProcessGroupNCCL::check_peer(const char* op, const Tensor& t, int peer) con
              size_);
 }
 
-WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
+WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int tag) {
+  if (t.defined() && t.device().is_cpu())
+    return staged("send", t, false, [&](Tensor d) { return send(d, dst, tag); });
   check_peer("send", t, dst);
   const ncclDataType_t type = nccl_type(t.dtype(), "send");
   return run(*impl_, "send", "ncclSend", {t}, [&](cudaStream_t s) {
@@ -383,7 +445,9 @@ WorkPtr ProcessGroupNCCL::send(Tensor t, int dst, int /*tag*/) {
   });
 }
 
-WorkPtr ProcessGroupNCCL::recv(Tensor t, int src, int /*tag*/) {
+WorkPtr ProcessGroupNCCL::recv(Tensor t, int src, int tag) {
+  if (t.defined() && t.device().is_cpu())
+    return staged("recv", t, true, [&](Tensor d) { return recv(d, src, tag); });
   check_peer("recv", t, src);
   const ncclDataType_t type = nccl_type(t.dtype(), "recv");
   return run(*impl_, "recv", "ncclRecv", {t}, [&](cudaStream_t s) {

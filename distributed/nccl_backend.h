@@ -3,10 +3,14 @@
 // peer never joins), collectives on the group's own stream. A collective waits (on the device)
 // for the work the caller queued on its current stream; `Work::wait()` makes the caller's
 // current stream wait for the collective, without blocking the host, and fails the collective
-// (aborting the communicator) once it has run longer than the timeout. Linking
+// (aborting the communicator) once it has run longer than the timeout. allreduce, broadcast,
+// reduce, allgather, send and recv also take host tensors (the small metadata that DDP, the pipeline and the
+// trainers exchange as CPU tensors, as on Gloo): they go through a device copy, and wait()
+// copies the result back. Linking
 // //distributed:nccl registers the backend as "nccl" for init_process_group.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +46,9 @@ class ProcessGroupNCCL final : public ProcessGroup {
 
  private:
   void check_peer(const char* op, const Tensor& t, int peer) const;
+  /// `op` run on a device copy of host tensor `t`; with `copy_back`, wait() copies the result
+  /// into `t` (which must then be contiguous).
+  WorkPtr staged(const char* name, Tensor t, bool copy_back, const std::function<WorkPtr(Tensor)>& op);
 
   std::shared_ptr<Store> store_;
   std::unique_ptr<Impl> impl_;
