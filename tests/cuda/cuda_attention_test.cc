@@ -47,11 +47,13 @@ void compare(const Case& c, DType dt, double tol) {
   const bool mask_grad = c.o.attn_mask.defined() && c.o.attn_mask.dtype() != kBool;
   Generator gen_cpu(17), gen_gpu(17);
   auto run = [&](Device dev, Generator* gen) {
-    Tensor qd = q.to(dev).requires_grad_(), kd = k.to(dev).requires_grad_(), vd = v.to(dev).requires_grad_();
+    // detach(): on the CPU, to() returns the tensor itself, which must stay a leaf for the GPU run.
+    Tensor qd = q.detach().to(dev).requires_grad_(), kd = k.detach().to(dev).requires_grad_();
+    Tensor vd = v.detach().to(dev).requires_grad_();
     F::AttentionOptions o = c.o;
     o.generator = gen;
     if (o.attn_mask.defined()) {
-      o.attn_mask = (mask_grad ? o.attn_mask.to(dt) : o.attn_mask).to(dev);
+      o.attn_mask = (mask_grad ? o.attn_mask.to(dt) : o.attn_mask).detach().to(dev);
       if (mask_grad) o.attn_mask.requires_grad_();
     }
     Tensor out = F::scaled_dot_product_attention(qd, kd, vd, o);

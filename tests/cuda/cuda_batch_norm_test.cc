@@ -89,8 +89,9 @@ TEST_CASE("op::batch_norm with autograd on the GPU matches the CPU") {
     Tensor w = random_input({4}, kFloat32, 1.0, 1.0), b = random_input({4}, kFloat32);
     Tensor g = random_input({6, 4, 5, 5}, t);
     auto run = [&](Device d) {
-      Tensor xd = x.to(d).set_requires_grad(true), wd = w.to(d).set_requires_grad(true);
-      Tensor bd = b.to(d).set_requires_grad(true);
+      // detach(): on the CPU, to() returns the tensor itself, which must stay a leaf for the GPU run.
+      Tensor xd = x.detach().to(d).set_requires_grad(true), wd = w.detach().to(d).set_requires_grad(true);
+      Tensor bd = b.detach().to(d).set_requires_grad(true);
       Tensor rm = zeros({4}, dtype(kFloat32).device(d)), rv = ones({4}, dtype(kFloat32).device(d));
       Tensor y = op::batch_norm(xd, wd, bd, rm, rv, 0.1, 1e-5);
       (y.to(kFloat32) * g.to(d).to(kFloat32)).sum().backward();

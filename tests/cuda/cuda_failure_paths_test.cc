@@ -16,9 +16,11 @@ TEST_CASE("freeing a tensor whose stream event fails logs and abandons the block
   KILN_REQUIRE_GPU();
   const size_t before = cuda::memory_stats(0).abandoned;
   {
-    cuda::OwnedStream side(0);
+    // Never destroyed: after the reset its handle dangles, and cudaStreamDestroy on it may crash
+    // (it did on an H200).
+    auto* side = new cuda::OwnedStream(0);
     Tensor x = ones({1 << 20}, dtype(kFloat32).device("cuda:0"));
-    cuda::record_stream(x, side);  // freeing x must record an event on `side`
+    cuda::record_stream(x, *side);  // freeing x must record an event on `side`
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     REQUIRE(cudaDeviceReset() == cudaSuccess);  // `side` is now a dangling handle
     // x's destructor runs here: the event cannot be recorded on `side`.

@@ -16,7 +16,8 @@ struct Run {
 
 Run run(const kiln::test::OpCase& c, const std::vector<Tensor>& host_inputs, Device device) {
   std::vector<Tensor> in;
-  for (const Tensor& t : host_inputs) in.push_back(t.to(device).set_requires_grad(true));
+  // detach(): on the CPU, to() returns the tensor itself, which must stay a leaf for the GPU run.
+  for (const Tensor& t : host_inputs) in.push_back(t.detach().to(device).set_requires_grad(true));
   Run r{c.fn(in), {}};
   Generator g(11);
   Tensor w = rand(r.out.sizes(), kFloat32, &g).to(device);

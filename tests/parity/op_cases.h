@@ -37,7 +37,7 @@ inline const std::vector<OpCase>& op_cases() {
       {"softmax of large values", {{3, 5}}, [](In v) { return softmax(v[0] * 300.0, 1); }, -1, 1, 1e-4},
       {"logsumexp of large values", {{4, 3}}, [](In v) { return logsumexp(v[0] + 500.0, {1}); }},
       {"masked_fill broadcast mask", {{3, 4}},
-       [](In v) { return masked_fill(v[0], ints({1, 0, 0, 1}, {4}) > Scalar(0), 2.0); }},
+       [](In v) { return masked_fill(v[0], ints({1, 0, 0, 1}, {4}).to(v[0].device()) > Scalar(0), 2.0); }},
       {"index_add", {{4, 3}, {3, 3}}, [](In v) { return index_add(v[0], 0, ints({2, 0, 2}), v[1]); }},
       {"embedding", {{5, 3}}, [](In v) { return embedding(v[0], ints({4, 0, 4, 1}, {2, 2})); }},
       // ---- activations: rows of core/elementwise_ops.h
