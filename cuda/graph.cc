@@ -61,7 +61,8 @@ Stream Graph::capture_stream(int device) {
 
 void Graph::capture_begin() {
   KILN_CHECK(!capturing_ && !captured() && !pool_open_,
-             "cuda::Graph::capture_begin on cuda:{}: this graph was already captured (one capture per graph)",
+             "cuda::Graph::capture_begin on cuda:{}: this graph was already captured, or its capture failed (one "
+             "capture per graph: make a new Graph)",
              device_);
   const Stream stream = capture_stream(device_);
   // The previous current stream's queued work (warm-up steps, input copies) comes first.
@@ -102,8 +103,9 @@ void Graph::capture_end() {
   cudaGraphExec_t exec = nullptr;
   KILN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph_, 0));
   exec_ = exec;
-  // Uploads the graph's work descriptors now, so the first replay costs what the others do.
-  KILN_CUDA_CHECK(cudaGraphUpload(exec_, stream.raw()));
+  // Uploads the graph's work descriptors now, so the first replay costs what the others do; on the
+  // stream replays will most likely use (the current one again), which orders them after it.
+  KILN_CUDA_CHECK(cudaGraphUpload(exec_, current_stream(device_).raw()));
 }
 
 void Graph::capture(const std::function<void()>& work) {
