@@ -144,10 +144,10 @@ void Graph::replay() {
 
 Graph::~Graph() {
   abandon_capture();
-  DeviceGuard g(device_);
   // Errors cannot be thrown from here: a failed wait (a sticky device error) is reported and the
   // pool still released, since the context and its memory are gone with such an error.
   try {
+    DeviceGuard g(device_);
     replayed_.synchronize();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln cuda::Graph on cuda:%d: waiting for the last replay failed: %s\n", device_, e.what());
