@@ -271,34 +271,34 @@ bool Run::train_epoch(int64_t epoch, int64_t first_batch) {
     monitor.data_ready();
     const int64_t samples = batch.target.size(0) * world_;
     const double lr = c_.schedule == "cosine" ? cosine_->lr_at(state_.step, c_.lr) : c_.lr;
+    double l = std::nan("");  // the step's loss, when read back
+    double gnorm = -1;
     if (graphed_) {
       // The whole step at once (its host time shows as "rest"); the loss stays on the device.
       graphed_->run(batch.data, batch.target);
-      const bool logs = monitor.logs_this_step();
-      const double gnorm = logs ? grad_norm(model_->parameters()) : -1;
-      ++state_.step;
-      ++run_steps_;
-      ++batch_no;
-      progress.step_unread(samples, [&] { return graphed_->last_loss(); });
-      monitor.step_end(samples, logs ? graphed_->last_loss() : std::nan(""), lr, gnorm, mp_.scaler().scale());
+      if (monitor.logs_this_step()) {
+        gnorm = grad_norm(model_->parameters());
+        l = graphed_->last_loss();
+      }
     } else {
       Tensor x = batch.data.to(c_.device), y = batch.target.to(c_.device);
       Tensor loss = eager_step(net, x, y, monitor);
-      const double gnorm = monitor.logs_this_step() ? grad_norm(model_->parameters()) : -1;
+      if (monitor.logs_this_step()) gnorm = grad_norm(model_->parameters());
       {
         profiler::RecordFunction range("optimizer");
         opt_->set_lr(lr);
         mp_.step(*opt_);
       }
       monitor.mark(Phase::kOptimizer);
-      double l = loss.item<double>();
+      l = loss.item<double>();
       r_.step_losses.push_back(l);
-      ++state_.step;
-      ++run_steps_;
-      ++batch_no;
-      progress.step(samples, l);
-      monitor.step_end(samples, l, lr, gnorm, mp_.scaler().scale());
     }
+    ++state_.step;
+    ++run_steps_;
+    ++batch_no;
+    if (graphed_) progress.step_unread(samples, [&] { return std::isnan(l) ? graphed_->last_loss() : l; });
+    else progress.step(samples, l);
+    monitor.step_end(samples, l, lr, gnorm, mp_.scaler().scale());
     const StepCheckpoints::Action act = checkpoints_->after_step(state_.step, run_steps_);
     if (act.save) save(epoch, batch_no);
     if (act.save && act.stop)
