@@ -1,5 +1,6 @@
 // Registers the caching allocator for DeviceType::CUDA: one CachingAllocatorCore per device on
-// cudaMalloc/cudaFree and CUDA events, allocations served on the thread's current stream. Also
+// cudaMalloc/cudaFree and CUDA events, allocations served on the thread's current stream (from a
+// graph's private pool while that stream captures: cuda/graph.h). Also
 // the pinned host allocator: cudaHostAlloc'd blocks cached by size, reused only once the async
 // copies that read them have finished.
 #include "cuda/allocator.h"
@@ -17,6 +18,7 @@
 #include "core/ops.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
+#include "cuda/graph.h"
 
 namespace kiln::cuda {
 namespace {
@@ -28,6 +30,7 @@ class CudaBackend final : public MemoryBackend {
   void* raw_alloc(size_t nbytes) override {
     DeviceGuard g(device_);
     void* p = nullptr;
+    RelaxedCaptureGuard relaxed;  // a capture's pool grows with cudaMalloc, illegal in thread-local mode
     cudaError_t e = cudaMalloc(&p, nbytes);
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // not sticky: clear it so the caller can retry
@@ -241,6 +244,11 @@ Tensor pin_memory(const Tensor& t) { return kiln::pin_memory(t); }
 bool is_pinned(const Tensor& t) { return t.defined() && t.device().is_cpu() && detail::is_pinned_ptr(t.data_ptr()); }
 
 namespace detail {
+void begin_private_pool(int device, PoolId id, const Stream& stream) {
+  pool_for(device).begin_private_pool(id, stream.id());
+}
+void end_private_pool(int device, PoolId id) { pool_for(device).end_private_pool(id); }
+void release_private_pool(int device, PoolId id) { pool_for(device).release_private_pool(id); }
 bool is_pinned_ptr(const void* ptr) { return device_count() > 0 && ptr != nullptr && pinned().contains(ptr); }
 void record_pinned_use(const void* ptr, const Stream& stream) { pinned().record_use(ptr, stream); }
 }  // namespace detail

@@ -30,6 +30,11 @@ Tensor pin_memory(const Tensor& t);
 bool is_pinned(const Tensor& t);
 
 namespace detail {
+/// The private pools of CUDA graph captures (cuda/graph.h) in `device`'s caching allocator; see
+/// CachingAllocatorCore::begin_private_pool.
+void begin_private_pool(int device, PoolId id, const Stream& stream);
+void end_private_pool(int device, PoolId id);
+void release_private_pool(int device, PoolId id);
 /// Pinned host blocks hold until an event recorded after an async copy from them completes.
 bool is_pinned_ptr(const void* ptr);
 void record_pinned_use(const void* ptr, const Stream& stream);

@@ -3,7 +3,8 @@
 // f16/bf16 with f32 accumulation. Row-major C = A @ B is run as column-major C^T = B^T @ A^T; an
 // operand cuBLAS cannot read in place (neither row- nor column-major, or expanded with stride 0:
 // cuda/gemm_layout.h) is copied first, and a strided output is written through a contiguous
-// buffer. One cuBLAS handle per thread and device, bound to the current stream at each call.
+// buffer. One cuBLAS handle per thread and device, bound to the current stream at each call, with
+// a workspace of ours per stream, so cuBLAS never allocates one itself inside a CUDA graph capture.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -16,6 +17,7 @@
 #include "cuda/device.h"
 #include "cuda/error.h"
 #include "cuda/gemm_layout.h"
+#include "cuda/graph.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
@@ -30,6 +32,24 @@ cublasHandle_t handle_for(int device) {
   KILN_CUBLAS_CHECK(cublasCreate(&h));
   handles[device] = h;
   return h;
+}
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // what PyTorch gives cuBLAS on Hopper
+
+/// The workspace for GEMMs on `stream`: one per thread, device and stream (two streams must not
+/// share one), kept for the thread's life as the handles are. Plain cudaMalloc, outside the
+/// caching allocator: made inside a capture, a block of the graph's pool would outlive the graph.
+void* workspace_for(int device, RawStream stream) {
+  thread_local std::map<std::pair<int, RawStream>, void*> workspaces;
+  auto it = workspaces.find({device, stream});
+  if (it != workspaces.end()) return it->second;
+  void* p = nullptr;
+  {
+    RelaxedCaptureGuard relaxed;  // cudaMalloc during a capture (the capture stream's first GEMM)
+    KILN_CUDA_CHECK(cudaMalloc(&p, kCublasWorkspaceBytes));
+  }
+  workspaces[{device, stream}] = p;
+  return p;
 }
 
 /// One operand as cuBLAS sees it: the transposed matrix (op N) or the matrix itself (op T) in
@@ -85,7 +105,10 @@ void bmm_kernel(Tensor& out, const Tensor& a, const Tensor& b) {
   const void* alpha = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&zero_d) : &zero_f;
   cublasHandle_t h = handle_for(out.device().index);
-  KILN_CUBLAS_CHECK(cublasSetStream(h, current_stream(out.device().index).raw()));
+  const RawStream stream = current_stream(out.device().index).raw();
+  KILN_CUBLAS_CHECK(cublasSetStream(h, stream));
+  // After cublasSetStream, which resets the workspace to cuBLAS's own.
+  KILN_CUBLAS_CHECK(cublasSetWorkspace(h, workspace_for(out.device().index, stream), kCublasWorkspaceBytes));
   // Column-major: C^T (N x M) = op(B) (N x K) * op(A) (K x M).
   KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h, Bm.op, A.op, checked_int(N, "N"), checked_int(M, "M"), checked_int(K, "K"), alpha, Bm.t.data_ptr(), type,

@@ -37,11 +37,12 @@ size_t CachingAllocatorCore::segment_size(size_t rounded) {
   return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-CachingAllocatorCore::Block* CachingAllocatorCore::find_free(size_t size, StreamId stream, bool small) {
+CachingAllocatorCore::Block* CachingAllocatorCore::find_free(size_t size, StreamId stream, bool small,
+                                                             PoolId private_pool) {
   Pool& pool = pool_of(small);
-  Block key{nullptr, size, stream, small};
+  Block key{nullptr, size, stream, small, private_pool};
   auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  if (it == pool.end() || (*it)->pool != private_pool || (*it)->stream != stream) return nullptr;
   Block* b = *it;
   pool.erase(it);
   return b;
@@ -50,14 +51,16 @@ CachingAllocatorCore::Block* CachingAllocatorCore::find_free(size_t size, Stream
 void* CachingAllocatorCore::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> g(mu_);
-  process_events();
+  // Querying events is illegal while a stream captures: pending blocks wait for the capture's end.
+  if (capturing_ == 0) process_events();
+  const PoolId private_pool = capturing_ != 0 && private_pools_.at(capturing_).stream == stream ? capturing_ : 0;
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;
-  Block* b = find_free(size, stream, small);
+  Block* b = find_free(size, stream, small, private_pool);
   if (b == nullptr) {
     const size_t seg = segment_size(size);
     void* p = backend_.raw_alloc(seg);
-    if (p == nullptr) {
+    if (p == nullptr && capturing_ == 0) {  // freeing device memory is illegal during a capture
       release_cached();
       p = backend_.raw_alloc(seg);
     }
@@ -66,13 +69,17 @@ void* CachingAllocatorCore::allocate(size_t nbytes, StreamId stream) {
     ++stats_.segments;
     stats_.reserved += seg;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-    b = new Block{static_cast<char*>(p), seg, stream, small};
+    b = new Block{static_cast<char*>(p), seg, stream, small, private_pool};
+    if (private_pool != 0) {
+      private_pools_.at(private_pool).segments.push_back(b);
+      stats_.private_reserved += seg;
+    }
   }
   // Split off the rest when it can serve another request of this pool: any 512 bytes in the
   // small pool; more than 1 MiB in the large one (smaller tails would only fragment it).
   const size_t rest = b->size - size;
   if (small ? rest >= kMinBlock : rest > kSmallSize) {
-    Block* r = new Block{b->ptr + size, rest, stream, small};
+    Block* r = new Block{b->ptr + size, rest, stream, small, b->pool};
     r->prev = b;
     r->next = b->next;
     if (b->next) b->next->prev = r;
@@ -99,6 +106,26 @@ void CachingAllocatorCore::free(void* ptr) {
   ++stats_.num_frees;
   --stats_.active_blocks;
   stats_.allocated -= b->size;
+  if (capturing_ != 0) {
+    PrivatePool& capture = private_pools_.at(capturing_);
+    if (b->pool != capturing_) {
+      // The capture may have read it: the graph's replays will, so nothing else may reuse it
+      // (a block of another graph's pool too: that pool may be released before this graph).
+      capture.held.push_back(b);
+      stats_.graph_held += b->size;
+      return;
+    }
+    if (!b->stream_uses.empty()) {
+      // Its other streams' events cannot be recorded and polled as usual while capturing.
+      capture.deferred.push_back(b);
+      stats_.pending_free += b->size;
+      return;
+    }
+  }
+  free_block(b);
+}
+
+void CachingAllocatorCore::free_block(Block* b) {
   if (!b->stream_uses.empty()) {
     // Other streams may still read or write it: reuse waits for their queued work.
     stats_.pending_free += b->size;
@@ -186,7 +213,7 @@ size_t CachingAllocatorCore::release_cached() {
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
-      if (b->prev == nullptr && b->next == nullptr) {
+      if (b->pool == 0 && b->prev == nullptr && b->next == nullptr) {  // private pools: at their release
         try {
           backend_.raw_free(b->ptr);
         } catch (const std::exception& e) {
@@ -209,6 +236,10 @@ size_t CachingAllocatorCore::release_cached() {
 
 void CachingAllocatorCore::empty_cache() {
   std::lock_guard<std::mutex> g(mu_);
+  KILN_CHECK(capturing_ == 0,
+             "{} caching allocator: empty_cache during a CUDA graph capture (private pool {}): memory cannot be "
+             "given back to the device while a stream captures; call it after the capture ends",
+             device_name_, capturing_);
   process_events();
   release_cached();
 }
@@ -231,8 +262,97 @@ void CachingAllocatorCore::throw_oom(size_t nbytes, size_t rounded, size_t segme
 MemoryStats CachingAllocatorCore::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   MemoryStats s = stats_;
-  s.cached = s.reserved - s.allocated - s.pending_free - s.abandoned;
+  size_t private_free = 0;  // free, but only for the capture that owns it
+  for (const Pool* pool : {&small_pool_, &large_pool_})
+    for (const Block* b : *pool)
+      if (b->pool != 0) private_free += b->size;
+  s.cached = s.reserved - s.allocated - s.pending_free - s.abandoned - s.graph_held - private_free;
+  s.private_pools = static_cast<int64_t>(private_pools_.size());
   return s;
+}
+
+void CachingAllocatorCore::begin_private_pool(PoolId id, StreamId stream) {
+  std::lock_guard<std::mutex> g(mu_);
+  KILN_CHECK(id != 0, "{} caching allocator: private pool id 0 is the shared pool", device_name_);
+  KILN_CHECK(capturing_ == 0,
+             "{} caching allocator: begin_private_pool({}) while pool {} is capturing: one CUDA graph capture per "
+             "device at a time",
+             device_name_, id, capturing_);
+  KILN_CHECK(private_pools_.count(id) == 0,
+             "{} caching allocator: private pool {} already exists: each capture needs a new pool", device_name_, id);
+  private_pools_[id] = PrivatePool{stream};
+  capturing_ = id;
+}
+
+void CachingAllocatorCore::end_private_pool(PoolId id) {
+  std::lock_guard<std::mutex> g(mu_);
+  KILN_CHECK(capturing_ == id && id != 0,
+             "{} caching allocator: end_private_pool({}) but the pool capturing is {} (0: none)", device_name_, id,
+             capturing_);
+  capturing_ = 0;
+  std::vector<Block*> deferred;
+  deferred.swap(private_pools_.at(id).deferred);
+  for (Block* b : deferred) {
+    stats_.pending_free -= b->size;
+    free_block(b);  // records its other streams' events now that none captures
+  }
+  std::vector<PoolId> released;
+  for (auto& [pid, p] : private_pools_)
+    if (p.release_pending) released.push_back(pid);
+  for (PoolId pid : released) release_pool_now(pid);
+}
+
+void CachingAllocatorCore::release_private_pool(PoolId id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = private_pools_.find(id);
+  KILN_CHECK(it != private_pools_.end(), "{} caching allocator: release_private_pool({}): no such pool", device_name_,
+             id);
+  KILN_CHECK(capturing_ != id,
+             "{} caching allocator: release_private_pool({}) during its own capture: end the capture first",
+             device_name_, id);
+  // Another pool's capture forbids freeing device memory and recording events: finish at its end.
+  if (capturing_ != 0) it->second.release_pending = true;
+  else release_pool_now(id);
+}
+
+void CachingAllocatorCore::release_pool_now(PoolId id) {
+  PrivatePool& pool = private_pools_.at(id);
+  for (Block* b : pool.held) {
+    stats_.graph_held -= b->size;
+    free_block(b);
+  }
+  for (Block* head : pool.segments) {
+    size_t seg = 0;
+    for (const Block* b = head; b != nullptr; b = b->next) seg += b->size;
+    stats_.private_reserved -= seg;
+    if (head->next == nullptr && !head->allocated) {  // wholly free: back to the device
+      pool_of(head->small).erase(head);
+      try {
+        backend_.raw_free(head->ptr);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln %s caching allocator: freeing a graph's segment of %s failed (%s); it is forgotten\n",
+                     device_name_.c_str(), format_bytes(seg).c_str(), e.what());
+      }
+      stats_.reserved -= seg;
+      --stats_.segments;
+      ++stats_.num_raw_frees;
+      delete head;
+      continue;
+    }
+    // Tensors made by the capture still live here: the segment joins the shared pool of its stream.
+    for (Block* b = head; b != nullptr; b = b->next) {
+      const bool is_free = !b->allocated;
+      if (is_free) pool_of(b->small).erase(b);
+      b->pool = 0;
+      if (is_free) pool_of(b->small).insert(b);
+    }
+  }
+  private_pools_.erase(id);
+}
+
+PoolId CachingAllocatorCore::capturing_pool() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return capturing_;
 }
 
 void CachingAllocatorCore::reset_peak_stats() {
@@ -262,6 +382,9 @@ std::string CachingAllocatorCore::summary() const {
                    large_pool_.size(), format_bytes(large_free));
   s += fmt::format("  waiting       {:>12}  (freed, in use by another stream until its event)\n",
                    format_bytes(stats_.pending_free));
+  if (!private_pools_.empty() || stats_.graph_held > 0)
+    s += fmt::format("  CUDA graphs   {:>12}  in {} private pools; {} freed but held while a graph may read it\n",
+                     format_bytes(stats_.private_reserved), private_pools_.size(), format_bytes(stats_.graph_held));
   if (stats_.abandoned > 0)
     s += fmt::format("  abandoned     {:>12}  (freed after a device error: never reused)\n",
                      format_bytes(stats_.abandoned));

@@ -6,6 +6,8 @@
 // merged with free neighbours on free; a freed block is reused only by its own stream, and a
 // block also used on other streams (record_stream) only once events on those streams say they
 // are done; on out-of-memory the cache is released and the allocation retried before the error.
+// A private pool (CUDA graph capture, cuda/graph.h) keeps what a capture allocates apart from all
+// other work until the pool is released, and the pool never frees or polls events while capturing.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,8 @@ namespace kiln::cuda {
 
 /// A stream as the allocator sees it: the cudaStream_t's value (0 = the default stream).
 using StreamId = uintptr_t;
+/// A private pool's id (0 is the shared pool every allocation outside a capture uses).
+using PoolId = uint64_t;
 
 /// What the block pool needs from a device: raw memory and events.
 class MemoryBackend {
@@ -46,6 +50,9 @@ struct MemoryStats {
   size_t cached = 0;          ///< reserved bytes in free blocks ready for reuse
   size_t pending_free = 0;    ///< freed bytes waiting on another stream's event
   size_t abandoned = 0;       ///< freed bytes given up after a device error (never reused)
+  size_t private_reserved = 0;  ///< bytes of segments owned by private pools (CUDA graphs)
+  size_t graph_held = 0;      ///< freed bytes kept out of use while a graph may still read them
+  int64_t private_pools = 0;  ///< private pools alive (captured graphs not yet destroyed)
   int64_t active_blocks = 0;
   int64_t segments = 0;
   int64_t num_allocs = 0;
@@ -93,6 +100,23 @@ class CachingAllocatorCore {
   /// The rounded size of a block handed out by allocate (0 if `ptr` is not one).
   size_t block_size(void* ptr) const;
 
+  /// Private pools, for capturing a CUDA graph on `stream` (one capture per device at a time):
+  /// from begin_private_pool until end_private_pool, allocations on `stream` are served from
+  /// segments of pool `id` alone, and blocks of that pool freed meanwhile are reused by the same
+  /// capture (its work is one ordered stream). A block allocated outside the pool and freed during
+  /// the capture may still be read by the graph's replays: it is held until the pool's release.
+  /// While capturing, no event is queried and no memory is given back to the device (both are
+  /// illegal in a capture); out of memory then fails without emptying the cache. After the
+  /// capture the pool's blocks stay out of every other allocation until release_private_pool,
+  /// which returns its fully free segments to the device, gives the held blocks back to their
+  /// pools, and hands segments still holding live tensors to the shared pool. The caller must
+  /// have waited for the graph's last replay first. `id` must be new and non-zero.
+  void begin_private_pool(PoolId id, StreamId stream);
+  void end_private_pool(PoolId id);
+  void release_private_pool(PoolId id);
+  /// The pool being captured into (0: none).
+  PoolId capturing_pool() const;
+
   static size_t round_size(size_t nbytes);
   /// The segment size requested from the device for a rounded request.
   static size_t segment_size(size_t rounded);
@@ -103,6 +127,7 @@ class CachingAllocatorCore {
     size_t size;
     StreamId stream;
     bool small;
+    PoolId pool = 0;         // the private pool owning its segment (0: shared)
     bool allocated = false;  // handed out, or freed but waiting on events
     int pending_events = 0;
     bool abandoned = false;  // a device error made its last use unknowable: never reused
@@ -112,6 +137,7 @@ class CachingAllocatorCore {
   };
   struct BlockLess {
     bool operator()(const Block* a, const Block* b) const {
+      if (a->pool != b->pool) return a->pool < b->pool;
       if (a->stream != b->stream) return a->stream < b->stream;
       if (a->size != b->size) return a->size < b->size;
       return a->ptr < b->ptr;
@@ -122,10 +148,20 @@ class CachingAllocatorCore {
     void* event;
     Block* block;
   };
+  struct PrivatePool {
+    StreamId stream;
+    std::vector<Block*> segments;  // first block of each segment (stable: merges keep the first)
+    std::vector<Block*> held;      // shared-pool blocks freed during the capture
+    std::vector<Block*> deferred;  // its blocks freed during the capture while other streams used them
+    bool release_pending = false;  // released during another pool's capture: done when it ends
+  };
 
   Pool& pool_of(bool small) { return small ? small_pool_ : large_pool_; }
-  Block* find_free(size_t size, StreamId stream, bool small);
+  Block* find_free(size_t size, StreamId stream, bool small, PoolId pool);
+  /// A freed block back to its pool, after events on the other streams that used it.
+  void free_block(Block* b);
   void return_block(Block* b);  // merges with free neighbours and puts it in its pool
+  void release_pool_now(PoolId id);
   void process_events();
   void abandon(Block* b, const char* what, const std::exception& e);  // logs; counts it abandoned
   size_t release_cached();  // frees unsplit free segments; returns bytes released
@@ -137,6 +173,8 @@ class CachingAllocatorCore {
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> active_;
   std::vector<PendingEvent> pending_;
+  std::map<PoolId, PrivatePool> private_pools_;
+  PoolId capturing_ = 0;
   MemoryStats stats_;
 };
 

@@ -1,5 +1,6 @@
 // The CUDA half of tensor.to(device): host <-> device and device <-> device copies on the current
-// streams, with the events that keep pinned and device blocks alive until the copy is done.
+// streams, with the events that keep pinned and device blocks alive until the copy is done. Copies
+// to or from the host are refused during a CUDA graph capture, with an error naming it.
 #include "cuda/copy.h"
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 #include "cuda/allocator.h"
 #include "cuda/device.h"
 #include "cuda/error.h"
+#include "cuda/graph.h"
 #include "cuda/stream.h"
 
 namespace kiln::cuda {
@@ -22,6 +24,11 @@ void copy_across_devices(Tensor& out, const Tensor& src) {
   if (out.is_cuda() && src.device().is_cpu()) {
     DeviceGuard g(out.device());
     Stream s = current_stream(out.device().index);
+    // Captured, the copy would re-read this host memory at every replay, long after it is gone.
+    KILN_CHECK(!is_capturing(s),
+               "copy cpu -> {} of {} bytes during a CUDA graph capture: a graph cannot take host data; copy the "
+               "input into a static device tensor (copy_) before replay() instead",
+               out.device(), nbytes);
     // From pageable memory cudaMemcpyAsync returns once the source is staged, so the caller may
     // reuse it; from pinned memory it returns at once, and the block is held until the copy ends.
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyHostToDevice, s.raw()));
@@ -29,6 +36,10 @@ void copy_across_devices(Tensor& out, const Tensor& src) {
   } else if (out.device().is_cpu() && src.is_cuda()) {
     DeviceGuard g(src.device());
     Stream s = current_stream(src.device().index);
+    KILN_CHECK(!is_capturing(s),
+               "copy {} -> cpu of {} bytes (.item(), .to(kCPU), to_vector) during a CUDA graph capture: captured "
+               "work does not run, so there is nothing to read yet; read results after replay(), outside the capture",
+               src.device(), nbytes);
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDeviceToHost, s.raw()));
     s.synchronize();
   } else if (out.is_cuda() && src.is_cuda()) {

@@ -2,6 +2,7 @@
 #include "examples/mnist_flags.h"
 
 #include "core/matmul_precision.h"
+#include "examples/graph_step.h"
 #include "examples/models.h"
 
 namespace kiln::examples {
@@ -76,6 +77,9 @@ void MnistFlags::declare(CLI::App& app) {
       ->check(cli::range<int64_t>(0, 1 << 30));
   app.add_option("--logdir", c.logdir, "TensorBoard event files in DIR (loss, lr, grad norm, loss scale, "
                                        "samples/s, test accuracy)");
+  app.add_flag("--cuda-graph", c.cuda_graph,
+               "capture one training step as a CUDA graph and replay it (CUDA, sgd, --schedule constant, no "
+               "--dropout/--ddp/--pipeline-stages/--amp f16)");
   app.add_option("--peak-gflops", c.peak_gflops,
                  "peak GFLOP/s for MFU (default: measured f32 GEMM rate on CPU; required for MFU on GPUs)")
       ->check(cli::range(0.0, 1e9));
@@ -92,6 +96,7 @@ std::string MnistFlags::finish() {
   if (c.amp == "none" && c.amp_mode == "o2")
     return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
   if (std::string problem = check_pipeline(); !problem.empty()) return problem;
+  if (std::string problem = cuda_graph_problem(c); !problem.empty()) return problem;
   if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
   c.profile_wait = profile_steps[0];
   c.profile_warmup = profile_steps[1];

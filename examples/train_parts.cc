@@ -58,12 +58,16 @@ EpochProgress::EpochProgress(int64_t epoch, int64_t steps_per_epoch, int64_t log
     : epoch_(epoch), steps_per_epoch_(steps_per_epoch), log_every_(log_every), out_(out) {}
 
 void EpochProgress::step(int64_t samples, double loss, const std::function<double(double)>& shown_loss) {
-  ++steps_;
   loss_sum_ += loss;
+  step_unread(samples, [&] { return shown_loss ? shown_loss(loss) : loss; });
+}
+
+void EpochProgress::step_unread(int64_t samples, const std::function<double()>& read_loss) {
+  ++steps_;
   samples_ += samples;
   window_samples_ += samples;
   if (steps_ % log_every_ != 0) return;
-  const double shown = shown_loss ? shown_loss(loss) : loss;
+  const double shown = read_loss();
   const double window = std::chrono::duration<double>(Clock::now() - window_start_).count();
   out_ << fmt::format("epoch {} step {}/{} loss {:.4f} {:.0f} samples/s\n", epoch_ + 1, steps_, steps_per_epoch_, shown,
                       window_samples_ / window)

@@ -70,6 +70,10 @@ class EpochProgress {
   /// One step over `samples` images (all ranks together) with mean loss `loss`; `shown_loss` gives
   /// the loss to print and is called only when a line is due (it may communicate).
   void step(int64_t samples, double loss, const std::function<double(double)>& shown_loss = nullptr);
+  /// A step whose loss stays on the device (--cuda-graph): `read_loss` is called only when a line
+  /// is due; the epoch's losses come in one sum through add_loss_sum().
+  void step_unread(int64_t samples, const std::function<double()>& read_loss);
+  void add_loss_sum(double sum) { loss_sum_ += sum; }
   /// The mean step loss on this rank so far.
   double mean_loss() const { return loss_sum_ / static_cast<double>(std::max<int64_t>(steps_, 1)); }
   /// Ends the epoch's training (before evaluation): returns its seconds, which done() reports.

@@ -1,6 +1,7 @@
 #include "examples/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -19,6 +20,7 @@
 #include "distributed/zero_checkpoint.h"
 #include "distributed/traced_process_group.h"
 #include "examples/mixed_precision.h"
+#include "examples/graph_step.h"
 #include "examples/models.h"
 #include "examples/pipeline_trainer.h"
 #include "examples/run_monitor.h"
@@ -83,6 +85,10 @@ class Run {
   void resume();              // --resume / --auto-resume (under ZeRO: in wrap_data_parallel)
   void wrap_data_parallel();  // DDP, and ZeRO-1's sharded optimizer over it
   void make_loader();         // sampler, loader, schedule, monitor, step checkpoints
+  /// --cuda-graph: the step that warms up eagerly, then is captured and replayed.
+  void make_graphed_step();
+  /// One eager step on a batch already on the device; returns the loss (not read).
+  Tensor eager_step(nn::Module& net, const Tensor& x, const Tensor& y, RunMonitor& monitor);
   /// Trains epoch `epoch` from batch `first_batch`; false when the run stops inside it.
   bool train_epoch(int64_t epoch, int64_t first_batch);
   void finish_epoch(int64_t epoch, const EpochProgress& progress);
@@ -107,6 +113,7 @@ class Run {
   std::unique_ptr<optim::CosineAnnealingLR> cosine_;
   std::unique_ptr<RunMonitor> monitor_;
   std::unique_ptr<StepCheckpoints> checkpoints_;
+  std::unique_ptr<GraphedStep> graphed_;  // --cuda-graph
   TrainResult r_;
   double train_seconds_ = 0;
   int64_t samples_ = 0, run_steps_ = 0;
@@ -123,6 +130,7 @@ Run::Run(const TrainConfig& config, std::ostream& log)
   resume();
   wrap_data_parallel();
   make_loader();
+  make_graphed_step();
 }
 
 void Run::build_model() {
@@ -213,6 +221,42 @@ void Run::make_loader() {
   checkpoints_ = std::make_unique<StepCheckpoints>(c_, pg_.get());
 }
 
+void Run::make_graphed_step() {
+  if (!c_.cuda_graph) return;  // train() has checked that the run can be replayed
+  opt_->set_lr(c_.lr);  // constant: the captured step keeps it
+  graphed_ = std::make_unique<GraphedStep>(c_.device, c_.batch_size, [this](const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast = mp_.autocast();
+      loss = nn::functional::cross_entropy((*model_)(x), y);
+    }
+    opt_->zero_grad(/*set_to_none=*/false);  // in place: replays write the gradients the capture saw
+    mp_.backward(loss);
+    mp_.step(*opt_);
+    return loss;
+  });
+  out() << fmt::format("cuda graph: {} eager warm-up steps, then one captured step replayed per full batch of {}\n",
+                       GraphedStep::kWarmupSteps, c_.batch_size);
+}
+
+Tensor Run::eager_step(nn::Module& net, const Tensor& x, const Tensor& y, RunMonitor& monitor) {
+  Tensor loss;
+  {
+    profiler::RecordFunction range("forward");
+    amp::AutocastGuard autocast = mp_.autocast();
+    loss = nn::functional::cross_entropy(net(x), y);
+  }
+  monitor.mark(Phase::kForward);
+  {
+    profiler::RecordFunction range("backward");
+    opt_->zero_grad();
+    mp_.backward(loss);
+  }
+  monitor.mark(Phase::kBackward);
+  if (ddp_) monitor.comm(ddp_->stats().comm_seconds, ddp_->stats().exposed_seconds);
+  return loss;
+}
+
 bool Run::train_epoch(int64_t epoch, int64_t first_batch) {
   // What the loop runs: the model, or the same model under data parallel (same names, same state).
   nn::Module& net = ddp_ ? static_cast<nn::Module&>(*ddp_) : *model_;
@@ -225,42 +269,43 @@ bool Run::train_epoch(int64_t epoch, int64_t first_batch) {
   monitor.step_begin();
   for (data::Example& batch : *loader_) {
     monitor.data_ready();
-    Tensor x = batch.data.to(c_.device), y = batch.target.to(c_.device);
-    Tensor loss;
-    {
-      profiler::RecordFunction range("forward");
-      amp::AutocastGuard autocast = mp_.autocast();
-      loss = nn::functional::cross_entropy(net(x), y);
-    }
-    monitor.mark(Phase::kForward);
-    {
-      profiler::RecordFunction range("backward");
-      opt_->zero_grad();
-      mp_.backward(loss);
-    }
-    monitor.mark(Phase::kBackward);
-    if (ddp_) monitor.comm(ddp_->stats().comm_seconds, ddp_->stats().exposed_seconds);
-    const double gnorm = monitor.logs_this_step() ? grad_norm(model_->parameters()) : -1;
+    const int64_t samples = batch.target.size(0) * world_;
     const double lr = c_.schedule == "cosine" ? cosine_->lr_at(state_.step, c_.lr) : c_.lr;
-    {
-      profiler::RecordFunction range("optimizer");
-      opt_->set_lr(lr);
-      mp_.step(*opt_);
+    double l = std::nan("");  // the step's loss, when read back
+    double gnorm = -1;
+    if (graphed_) {
+      // The whole step at once (its host time shows as "rest"); the loss stays on the device.
+      graphed_->run(batch.data, batch.target);
+      if (monitor.logs_this_step()) {
+        gnorm = grad_norm(model_->parameters());
+        l = graphed_->last_loss();
+      }
+    } else {
+      Tensor x = batch.data.to(c_.device), y = batch.target.to(c_.device);
+      Tensor loss = eager_step(net, x, y, monitor);
+      if (monitor.logs_this_step()) gnorm = grad_norm(model_->parameters());
+      {
+        profiler::RecordFunction range("optimizer");
+        opt_->set_lr(lr);
+        mp_.step(*opt_);
+      }
+      monitor.mark(Phase::kOptimizer);
+      l = loss.item<double>();
+      r_.step_losses.push_back(l);
     }
-    monitor.mark(Phase::kOptimizer);
-    double l = loss.item<double>();
-    r_.step_losses.push_back(l);
     ++state_.step;
     ++run_steps_;
     ++batch_no;
-    progress.step(y.size(0) * world_, l);
-    monitor.step_end(y.size(0) * world_, l, lr, gnorm, mp_.scaler().scale());
+    if (graphed_) progress.step_unread(samples, [&] { return std::isnan(l) ? graphed_->last_loss() : l; });
+    else progress.step(samples, l);
+    monitor.step_end(samples, l, lr, gnorm, mp_.scaler().scale());
     const StepCheckpoints::Action act = checkpoints_->after_step(state_.step, run_steps_);
     if (act.save) save(epoch, batch_no);
     if (act.save && act.stop)
       out() << fmt::format("saved {} at epoch {} batch {} (step {})\n", c_.save, epoch, batch_no, state_.step);
     if ((stop = act.stop)) break;
   }
+  if (graphed_) progress.add_loss_sum(graphed_->take_loss_sum());
   train_seconds_ += progress.finish();
   samples_ += progress.samples();
   if (stop) {
@@ -326,12 +371,14 @@ TrainResult Run::train() {
   r_.mfu = monitor_->mfu();
   r_.rank = rank_;
   r_.world_size = world_;
+  r_.graph_replays = graphed_ ? graphed_->replays() : 0;
   return r_;
 }
 
 }  // namespace
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
+  if (const std::string problem = cuda_graph_problem(config); !problem.empty()) fail("{}", problem);
   KILN_CHECK(config.zero == 0 || config.pipeline_stages == 1,
              "--zero 1 is for data parallel alone, not with --pipeline-stages {}", config.pipeline_stages);
   if (config.pipeline_stages > 1) return train_pipeline(config, log);
@@ -370,7 +417,9 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"checkpoint_seconds", r.checkpoint_seconds},
       {"preempted", r.preempted},
       {"peak_memory_bytes", r.peak_memory_bytes},
+      {"cuda_graph", c.cuda_graph},
   };
+  if (c.cuda_graph) line["graph_replays"] = r.graph_replays;
   if (r.mfu >= 0) line["mfu"] = r.mfu;
   if (c.pipeline_stages > 1) {
     line["pipeline_stages"] = c.pipeline_stages;

@@ -78,11 +78,17 @@ struct TrainConfig {
   int64_t profile_wait = 5, profile_warmup = 2, profile_active = 5;
   std::string logdir;
   double peak_gflops = 0;
+  /// Capture one whole training step as a CUDA graph after a few eager steps and replay it for
+  /// every full batch (examples/graph_step.h: CUDA device, SGD, constant learning rate, no
+  /// dropout, one process). The loss is read only when a line is logged.
+  bool cuda_graph = false;
 };
 
 struct TrainResult {
   std::vector<double> epoch_train_loss;  // mean training loss of each epoch run
-  std::vector<double> step_losses;       // every step's loss, in order (for exact-resume checks)
+  std::vector<double> step_losses;       // every step's loss, in order (for exact-resume checks);
+                                         // empty under cuda_graph, which reads losses only to log
+  int64_t graph_replays = 0;             // steps run by replaying the captured step (cuda_graph)
   double test_loss = 0;
   double test_accuracy = 0;
   double samples_per_sec = 0;  // training samples per second of training time

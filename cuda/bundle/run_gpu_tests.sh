@@ -131,7 +131,7 @@ if [ "$bench" = 1 ]; then
   if [ -z "$py" ]; then
     fail_run pytorch "no Python found (\$PYTHON, ${KILN_TORCH_VENV:-/opt/torch/.venv}/bin/python3, python3, python)"
   elif ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    fail_run pytorch "$py has no PyTorch with CUDA: the comparisons gemm_vs_pytorch and amp_vs_pytorch cannot run"
+    fail_run pytorch "$py has no PyTorch with CUDA: the comparisons gemm_vs_pytorch, amp_vs_pytorch and graph_vs_pytorch cannot run"
   else
     export KILN_TORCH_PYTHON="$py"
     run gemm_vs_pytorch "$py" "$here/scripts/gemm_vs_pytorch.py" --gemm-bench "$wrap/gemm_bench"
@@ -141,6 +141,8 @@ if [ "$bench" = 1 ]; then
     run allreduce_pytorch_nccl_2_ranks two_ranks 29518 "$py" "$here/scripts/allreduce_pytorch.py"
     run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$wrap/amp_bench" \
       --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
+    run graph_vs_pytorch "$py" "$here/scripts/graph_vs_pytorch.py" --graph-bench "$wrap/graph_bench" \
+      --pytorch-script "$here/scripts/pytorch_graph.py" --device cuda
   fi
 fi
 ((failed)) && echo "failed: ${failed_names[*]}"

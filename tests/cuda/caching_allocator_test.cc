@@ -1,7 +1,8 @@
 // The caching allocator's block pool on a fake device (runs everywhere, GPU or not): rounding,
 // splitting and merging, per-stream reuse, cross-stream reuse only after the events say so,
-// statistics, empty_cache, the out-of-memory message, and device errors while freeing (logged and
-// the block abandoned, never thrown: free runs in tensors' destructors).
+// statistics, empty_cache, the out-of-memory message, device errors while freeing (logged and
+// the block abandoned, never thrown: free runs in tensors' destructors), and the private pools of
+// CUDA graph captures.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -51,6 +52,7 @@ class FakeDevice final : public kiln::cuda::MemoryBackend {
   }
   bool event_done(void* e) override {
     if (fail_queries) throw kiln::Error("cudaEventQuery: an illegal memory access was encountered (fake)");
+    ++queries;
     return static_cast<Event*>(e)->done || all_done;
   }
   void destroy_event(void* e) override {
@@ -66,6 +68,7 @@ class FakeDevice final : public kiln::cuda::MemoryBackend {
   size_t used() const { return used_; }
   int raw_allocs = 0;
   int events_live = 0;
+  int queries = 0;
   bool all_done = false;
   bool fail_events = false, fail_queries = false, fail_frees = false;  // as after a sticky error
   bool leaks_expected = false;  // abandoned blocks are never returned
@@ -303,4 +306,176 @@ TEST_CASE("a segment the device refuses to free is logged and forgotten, not thr
   dev.fail_frees = true;
   CHECK_NOTHROW(a.empty_cache());
   CHECK(a.stats().reserved == 0);
+}
+
+// ---- private pools (CUDA graph capture)
+
+namespace {
+constexpr kiln::cuda::StreamId kCapture = 0x2000;
+constexpr kiln::cuda::PoolId kGraph = 1;
+}  // namespace
+
+TEST_CASE("a capture never reuses blocks freed outside its pool, and nothing else reuses the pool's") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* before = a.allocate(1000, kCapture);  // eager work on the capture stream, freed before it
+  a.free(before);
+  a.begin_private_pool(kGraph, kCapture);
+  CHECK(a.capturing_pool() == kGraph);
+  void* inside = a.allocate(1000, kCapture);
+  CHECK(inside != before);  // a segment of its own
+  CHECK(dev.raw_allocs == 2);
+  void* other = a.allocate(1000, kS0);  // another stream during the capture: the shared pool
+  CHECK(dev.raw_allocs == 3);
+  a.free(other);  // freed during the capture, which may have read it: held until the release
+  a.end_private_pool(kGraph);
+  CHECK(a.stats().graph_held == 1024);
+  CHECK(a.capturing_pool() == 0);
+  a.free(inside);  // the graph lives: its block stays out of eager use
+  void* after = a.allocate(1000, kCapture);
+  CHECK(after == before);
+  void* after2 = a.allocate(1000, kCapture);
+  CHECK(after2 != inside);
+  MemoryStats s = a.stats();
+  CHECK(s.private_pools == 1);
+  CHECK(s.private_reserved == 2 * MiB);
+  // The pool's free bytes and the held block are no cache for others.
+  CHECK(s.cached == 2 * MiB * 3 - 2 * 1024 - 2 * MiB - 1024);
+  a.free(after);
+  a.free(after2);
+  a.release_private_pool(kGraph);
+}
+
+TEST_CASE("blocks freed during a capture are reused by the same capture") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  a.begin_private_pool(kGraph, kCapture);
+  void* p = a.allocate(30 * MiB, kCapture);
+  a.free(p);
+  void* q = a.allocate(30 * MiB, kCapture);
+  CHECK(q == p);
+  CHECK(dev.raw_allocs == 1);
+  a.free(q);
+  a.end_private_pool(kGraph);
+  a.release_private_pool(kGraph);
+}
+
+TEST_CASE("releasing a private pool returns its free segments; live blocks join the shared pool") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  a.begin_private_pool(kGraph, kCapture);
+  void* tmp = a.allocate(30 * MiB, kCapture);
+  void* out = a.allocate(100, kCapture);  // a tensor the caller keeps after the graph is gone
+  a.free(tmp);
+  a.end_private_pool(kGraph);
+  CHECK(dev.used() == 32 * MiB);
+  CHECK(a.stats().private_reserved == 32 * MiB);
+  a.release_private_pool(kGraph);
+  MemoryStats s = a.stats();
+  CHECK(dev.used() == 2 * MiB);  // the 30 MiB segment went back to the device
+  CHECK(s.private_reserved == 0);
+  CHECK(s.private_pools == 0);
+  CHECK(s.reserved == 2 * MiB);
+  CHECK(s.num_raw_frees == 1);
+  void* eager = a.allocate(100, kCapture);  // the surviving segment now serves eager work
+  CHECK(eager == static_cast<char*>(out) + 512);
+  CHECK(dev.raw_allocs == 2);
+  a.free(out);
+  a.free(eager);
+  a.empty_cache();
+  CHECK(dev.used() == 0);
+}
+
+TEST_CASE("nothing of a private pool is freed while it lives, nor any memory during a capture") {
+  FakeDevice dev(100 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* cached = a.allocate(60 * MiB, kS1);
+  a.free(cached);
+  a.begin_private_pool(kGraph, kCapture);
+  void* p = a.allocate(20 * MiB, kCapture);
+  CHECK_THROWS_WITH_AS(a.empty_cache(), doctest::Contains("empty_cache during a CUDA graph capture"), kiln::Error);
+  // Out of memory during the capture: the cached 60 MiB would have to be freed; that is illegal now.
+  CHECK_THROWS_WITH_AS(a.allocate(30 * MiB, kCapture), doctest::Contains("out of memory"), kiln::Error);
+  CHECK(dev.used() == 80 * MiB);
+  a.free(p);
+  a.end_private_pool(kGraph);
+  a.empty_cache();  // the shared 60 MiB goes; the graph's 20 MiB stays
+  CHECK(dev.used() == 20 * MiB);
+  a.release_private_pool(kGraph);
+  CHECK(dev.used() == 0);
+}
+
+TEST_CASE("a block from outside the pool freed during a capture is held until the pool's release") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* input = a.allocate(30 * MiB, kS0);  // read by the captured work, then dropped
+  a.begin_private_pool(kGraph, kCapture);
+  a.free(input);
+  a.end_private_pool(kGraph);
+  CHECK(a.stats().graph_held == 30 * MiB);
+  CHECK(a.stats().cached == 0);
+  void* q = a.allocate(30 * MiB, kS0);  // the replays may still read `input`: not handed out
+  CHECK(q != input);
+  a.free(q);
+  a.release_private_pool(kGraph);
+  CHECK(a.stats().graph_held == 0);
+  void* r = a.allocate(30 * MiB, kS0);
+  void* r2 = a.allocate(30 * MiB, kS0);
+  CHECK((r == input || r2 == input));
+  a.free(r);
+  a.free(r2);
+}
+
+TEST_CASE("no event is polled or recorded during a capture; waiting blocks resume after it") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  void* shared = a.allocate(30 * MiB, kS0);
+  a.record_stream(shared, kS1);
+  a.free(shared);  // waits on an event of kS1
+  dev.all_done = true;
+  a.begin_private_pool(kGraph, kCapture);
+  const int queries = dev.queries;
+  void* p = a.allocate(1000, kCapture);
+  a.record_stream(p, kS1);
+  a.free(p);  // a pool block used on another stream: its event is recorded after the capture
+  CHECK(dev.queries == queries);
+  CHECK(dev.events_live == 1);
+  a.end_private_pool(kGraph);
+  CHECK(dev.events_live == 2);
+  void* again = a.allocate(30 * MiB, kS0);  // polls both events now
+  CHECK(again == shared);
+  CHECK(dev.events_live == 0);
+  a.free(again);
+  a.release_private_pool(kGraph);
+  CHECK(a.stats().pending_free == 0);
+}
+
+TEST_CASE("private pool misuse is an error naming the pools") {
+  FakeDevice dev(64 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  CHECK_THROWS_WITH_AS(a.begin_private_pool(0, kCapture), doctest::Contains("id 0 is the shared pool"), kiln::Error);
+  a.begin_private_pool(kGraph, kCapture);
+  CHECK_THROWS_WITH_AS(a.begin_private_pool(2, kS1), doctest::Contains("one CUDA graph capture per device"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(a.release_private_pool(kGraph), doctest::Contains("during its own capture"), kiln::Error);
+  CHECK_THROWS_WITH_AS(a.end_private_pool(2), doctest::Contains("the pool capturing is 1"), kiln::Error);
+  a.end_private_pool(kGraph);
+  CHECK_THROWS_WITH_AS(a.begin_private_pool(kGraph, kCapture), doctest::Contains("already exists"), kiln::Error);
+  CHECK_THROWS_WITH_AS(a.release_private_pool(7), doctest::Contains("no such pool"), kiln::Error);
+  a.release_private_pool(kGraph);
+}
+
+TEST_CASE("a pool released during another capture is released when that capture ends") {
+  FakeDevice dev(256 * MiB);
+  CachingAllocatorCore a(dev, "fake:0");
+  a.begin_private_pool(kGraph, kCapture);
+  a.free(a.allocate(30 * MiB, kCapture));
+  a.end_private_pool(kGraph);
+  a.begin_private_pool(2, kCapture);
+  a.release_private_pool(kGraph);
+  CHECK(dev.used() == 30 * MiB);  // no cudaFree while capturing
+  a.end_private_pool(2);
+  CHECK(dev.used() == 0);
+  CHECK(a.stats().private_pools == 1);
+  a.release_private_pool(2);
 }

@@ -28,7 +28,9 @@ recorder() {
 recorder fake_test "$bundle/tests/fake_test"
 recorder gemm_bench "$bundle/bench/gemm_bench"
 recorder amp_bench "$bundle/bench/amp_bench"
-touch "$bundle/scripts/gemm_vs_pytorch.py" "$bundle/scripts/amp_vs_pytorch.py" "$bundle/scripts/pytorch_amp.py"
+recorder graph_bench "$bundle/bench/graph_bench"
+touch "$bundle/scripts/gemm_vs_pytorch.py" "$bundle/scripts/amp_vs_pytorch.py" "$bundle/scripts/pytorch_amp.py" \
+  "$bundle/scripts/graph_vs_pytorch.py" "$bundle/scripts/pytorch_graph.py"
 # The venv's python3: answers site and torch queries; as a script runner, records its own library
 # path and starts the Kiln benchmark it is given (as gemm_vs_pytorch.py does).
 cat > "$venv/bin/python3" <<PY
@@ -43,7 +45,7 @@ fi
 echo "\$LD_LIBRARY_PATH" > "$out/\$(basename "\$1").ldp"
 shift
 while [ \$# -gt 0 ]; do
-  case "\$1" in --gemm-bench|--amp-bench) "\$2" || exit 1; shift ;; esac
+  case "\$1" in --gemm-bench|--amp-bench|--graph-bench) "\$2" || exit 1; shift ;; esac
   shift
 done
 PY
@@ -66,6 +68,7 @@ check "the PyTorch script keeps the host's library path" test "$(cat "$out/gemm_
 check "the amp script keeps the host's library path" test "$(cat "$out/amp_vs_pytorch.py.ldp")" = /host/lib
 check "the benchmark the script starts gets Kiln's path" has "$out/gemm_bench.ldp" "$bundle/lib:"
 check "so does amp_bench" has "$out/amp_bench.ldp" "$sp/nvidia/cudnn/lib"
+check "so does graph_bench, for the CUDA graph comparison" has "$out/graph_bench.ldp" "$bundle/lib:"
 
 FAKE_NO_TORCH=1 "$bundle/run_gpu_tests.sh" --bench > "$tmp/log3" 2>&1
 check "--bench without PyTorch fails" test $? -ne 0
@@ -77,5 +80,5 @@ check "without --bench PyTorch is not needed" test $? -eq 0
 if [ "$failures" -gt 0 ]; then
   for f in "$tmp"/log*; do echo "--- $f"; cat "$f"; done
 fi
-echo "$((15 - failures)) passed, $failures failed"
+echo "$((16 - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -54,6 +54,7 @@ expect 2 "--micro-batches needs --pipeline-stages 2 or more" -- --micro-batches 
 expect 2 "--pipeline-schedule: must be one of gpipe|1f1b, got 'zb'" -- --pipeline-stages 2 --pipeline-schedule zb
 expect 2 "--pipeline-balance needs --pipeline-stages 2 or more" -- --pipeline-balance time
 expect 2 "--pipeline-balance: must be one of params|time, got 'flops'" -- --pipeline-stages 2 --pipeline-balance flops
+expect 2 "--cuda-graph needs a CUDA device (--device cuda); this run is on cpu" -- --cuda-graph --device cpu
 
 # --help lists every flag once, with its range or choices, and exits 0.
 help=$("$bin" --help 2>&1)

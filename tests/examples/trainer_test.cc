@@ -163,3 +163,27 @@ TEST_CASE("mid-epoch resume under f16 loss scaling continues the scaler exactly"
   CHECK(rest.steps == full.steps);
   CHECK(file_bytes(part.save) == file_bytes(c.save));
 }
+
+TEST_CASE("--cuda-graph refuses what a replay cannot do, naming the flag") {
+  fs::path dir = make_data_dir();
+  std::ostringstream log;
+  auto c = config(dir, "mlp");
+  c.cuda_graph = true;
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("--cuda-graph needs a CUDA device"), kiln::Error);
+  c.device = Device(DeviceType::CUDA, 0);  // checked before any CUDA work: runs without a GPU
+  c.schedule = "constant";
+  c.optimizer = "adam";
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("use --optimizer sgd"), kiln::Error);
+  c.optimizer = "sgd";
+  c.schedule = "cosine";
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("use --schedule constant"), kiln::Error);
+  c.schedule = "constant";
+  c.dropout = 0.1;
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("new random mask each step"), kiln::Error);
+  c.dropout = 0;
+  c.amp = "f16";
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("loss scaling"), kiln::Error);
+  c.amp = "none";
+  c.ddp = true;
+  CHECK_THROWS_WITH_AS(examples::train(c, log), doctest::Contains("not with --ddp"), kiln::Error);
+}
