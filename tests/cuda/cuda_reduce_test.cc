@@ -93,7 +93,7 @@ TEST_CASE("softmax and log_softmax forward and backward match the CPU along any 
   KILN_REQUIRE_GPU();
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
     for (bool log : {false, true}) {
-      for (int64_t dim : {-1, 0, 1}) {
+      for (int64_t dim : {2, 0, 1}) {  // the slot takes wrapped dims (core/ops wraps -1)
         Tensor x = random_input({7, 300, 5}, t, -4, 4);
         Tensor gy = random_input({7, 300, 5}, t, -1, 1);
         Tensor yg = empty(x.sizes(), dtype(t).device(kGpu));

@@ -23,7 +23,11 @@ struct OpCase {
   double f32_tol = 1e-5;      // f32 result vs f64, relative
 };
 
-inline Tensor ints(std::vector<int64_t> v, const Shape& shape = {}) { return tensor(v, shape); }
+/// Integer indices/targets on the device of the case's first input (a CPU index for a CUDA input
+/// is refused, as in PyTorch).
+inline Tensor ints(const Tensor& like, std::vector<int64_t> v, const Shape& shape = {}) {
+  return tensor(v, shape).to(like.device());
+}
 
 namespace F = nn::functional;
 using In = const std::vector<Tensor>&;
@@ -37,9 +41,9 @@ inline const std::vector<OpCase>& op_cases() {
       {"softmax of large values", {{3, 5}}, [](In v) { return softmax(v[0] * 300.0, 1); }, -1, 1, 1e-4},
       {"logsumexp of large values", {{4, 3}}, [](In v) { return logsumexp(v[0] + 500.0, {1}); }},
       {"masked_fill broadcast mask", {{3, 4}},
-       [](In v) { return masked_fill(v[0], ints({1, 0, 0, 1}, {4}).to(v[0].device()) > Scalar(0), 2.0); }},
-      {"index_add", {{4, 3}, {3, 3}}, [](In v) { return index_add(v[0], 0, ints({2, 0, 2}), v[1]); }},
-      {"embedding", {{5, 3}}, [](In v) { return embedding(v[0], ints({4, 0, 4, 1}, {2, 2})); }},
+       [](In v) { return masked_fill(v[0], ints(v[0], {1, 0, 0, 1}, {4}) > Scalar(0), 2.0); }},
+      {"index_add", {{4, 3}, {3, 3}}, [](In v) { return index_add(v[0], 0, ints(v[0], {2, 0, 2}), v[1]); }},
+      {"embedding", {{5, 3}}, [](In v) { return embedding(v[0], ints(v[0], {4, 0, 4, 1}, {2, 2})); }},
       // ---- activations: rows of core/elementwise_ops.h
       {"softplus", {{3, 5}}, [](In v) { return softplus(v[0], 2.0, 3.0); }, -3, 3},
       {"leaky_relu", {{3, 5}}, [](In v) { return leaky_relu(v[0], 0.2); }, -3, 3},
@@ -56,7 +60,7 @@ inline const std::vector<OpCase>& op_cases() {
       {"cumsum dim 0", {{7, 2}}, [](In v) { return cumsum(v[0], 0); }},
       {"cumprod", {{2, 6}}, [](In v) { return cumprod(v[0], 1); }, 0.5, 1.5},
       {"cumprod through a zero", {{2, 5}},
-       [](In v) { return cumprod(v[0] * ints({1, 1, 0, 1, 1}).to(v[0].dtype()), 1); }, 0.5, 1.5},
+       [](In v) { return cumprod(v[0] * ints(v[0], {1, 1, 0, 1, 1}).to(v[0].dtype()), 1); }, 0.5, 1.5},
       // ---- rearranging
       {"flip", {{3, 4}}, [](In v) { return v[0].flip({0, 1}); }},
       {"flip size-1 dim", {{1, 4}}, [](In v) { return v[0].flip({0}); }},
@@ -111,11 +115,11 @@ inline const std::vector<OpCase>& op_cases() {
       // ---- losses
       {"cross_entropy class weights", {{4, 5}, {5}},
        [](In v) {
-         return F::cross_entropy(v[0], ints({1, 0, 4, 2}), {.weight = v[1] + 1.5});
+         return F::cross_entropy(v[0], ints(v[0], {1, 0, 4, 2}), {.weight = v[1] + 1.5});
        }},
       {"cross_entropy weights, smoothing, ignore_index", {{4, 5, 2}, {5}},
        [](In v) {
-         return F::cross_entropy(v[0], ints({1, 0, 4, -100, 2, 3, 3, 1}, {4, 2}),
+         return F::cross_entropy(v[0], ints(v[0], {1, 0, 4, -100, 2, 3, 3, 1}, {4, 2}),
                                  {.weight = v[1] + 1.5, .label_smoothing = 0.2});
        }},
       {"cross_entropy probabilities", {{4, 5}, {4, 5}},
