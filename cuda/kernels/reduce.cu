@@ -49,19 +49,8 @@ __global__ void reduce_kernel(ReduceKind kind, const In* x, int64_t rows, int64_
   const int64_t row = warp / chunks, c = warp % chunks;
   const int64_t b = c * chunk, e = b + chunk < R ? b + chunk : R;
   const In* p = x + row * R;
-  // Four accumulators, so each lane keeps four coalesced loads in flight.
-  A acc = identity<A>(kind), acc1 = acc, acc2 = acc, acc3 = acc;
-  int64_t i = b + lane;
-  for (; i + 96 < e; i += 128) {
-    const A v0 = static_cast<A>(to_math(p[i])), v1 = static_cast<A>(to_math(p[i + 32]));
-    const A v2 = static_cast<A>(to_math(p[i + 64])), v3 = static_cast<A>(to_math(p[i + 96]));
-    acc = step(kind, acc, v0);
-    acc1 = step(kind, acc1, v1);
-    acc2 = step(kind, acc2, v2);
-    acc3 = step(kind, acc3, v3);
-  }
-  for (; i < e; i += 32) acc = step(kind, acc, static_cast<A>(to_math(p[i])));
-  acc = step(kind, step(kind, acc, acc1), step(kind, acc2, acc3));
+  A acc = identity<A>(kind);
+  for (int64_t i = b + lane; i < e; i += 32) acc = step(kind, acc, static_cast<A>(to_math(p[i])));
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc = step(kind, acc, __shfl_down_sync(0xffffffffu, acc, off));
   if (lane != 0) return;
