@@ -29,7 +29,8 @@ recorder fake_test "$bundle/tests/fake_test"
 recorder gemm_bench "$bundle/bench/gemm_bench"
 recorder amp_bench "$bundle/bench/amp_bench"
 recorder graph_bench "$bundle/bench/graph_bench"
-touch "$bundle/scripts/gemm_vs_pytorch.py" "$bundle/scripts/amp_vs_pytorch.py" "$bundle/scripts/pytorch_amp.py" \
+recorder allreduce_bench "$bundle/bench/allreduce_bench"
+touch "$bundle/scripts/allreduce_pytorch.py" "$bundle/scripts/gemm_vs_pytorch.py" "$bundle/scripts/amp_vs_pytorch.py" "$bundle/scripts/pytorch_amp.py" \
   "$bundle/scripts/graph_vs_pytorch.py" "$bundle/scripts/pytorch_graph.py"
 # The venv's python3: answers site and torch queries; as a script runner, records its own library
 # path and starts the Kiln benchmark it is given (as gemm_vs_pytorch.py does).
@@ -69,6 +70,8 @@ check "the amp script keeps the host's library path" test "$(cat "$out/amp_vs_py
 check "the benchmark the script starts gets Kiln's path" has "$out/gemm_bench.ldp" "$bundle/lib:"
 check "so does amp_bench" has "$out/amp_bench.ldp" "$sp/nvidia/cudnn/lib"
 check "so does graph_bench, for the CUDA graph comparison" has "$out/graph_bench.ldp" "$bundle/lib:"
+check "the 2-rank NCCL all-reduce gets Kiln's path" has "$out/allreduce_bench.ldp" "$bundle/lib:"
+check "PyTorch's all-reduce keeps the host's path" test "$(cat "$out/allreduce_pytorch.py.ldp")" = /host/lib
 
 FAKE_NO_TORCH=1 "$bundle/run_gpu_tests.sh" --bench > "$tmp/log3" 2>&1
 check "--bench without PyTorch fails" test $? -ne 0
@@ -80,5 +83,5 @@ check "without --bench PyTorch is not needed" test $? -eq 0
 if [ "$failures" -gt 0 ]; then
   for f in "$tmp"/log*; do echo "--- $f"; cat "$f"; done
 fi
-echo "$((16 - failures)) passed, $failures failed"
+echo "$((18 - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
