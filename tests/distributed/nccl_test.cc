@@ -77,6 +77,23 @@ void check_collectives(int rank, int world) {
     for (int r = 0; r < world; ++r)
       expect(gathered.narrow(0, r * n, n).cpu().max().item<float>() == r, "allgather_into_tensor slot {}", r);
   }
+  // Host tensors go through device copies, as DDP's model check and the trainers' metadata need.
+  Tensor h = full({5}, rank + 1.0);
+  pg->allreduce(h, dist::ReduceOp::kSum)->wait();
+  expect(h.min().item<float>() == world * (world + 1) / 2.0f, "allreduce of a host tensor: {}", h.min().item<float>());
+  Tensor hb = full({3}, rank + 10, dtype(kInt64));
+  pg->broadcast(hb, 0)->wait();
+  expect(hb.max().item<int64_t>() == 10, "broadcast of a host tensor: {}", hb.max().item<int64_t>());
+  std::vector<Tensor> hs;
+  for (int r = 0; r < world; ++r) hs.push_back(zeros({2}, dtype(kInt32)));
+  pg->allgather(hs, full({2}, rank, dtype(kInt32)))->wait();
+  for (int r = 0; r < world; ++r)
+    expect(hs[r].max().item<int32_t>() == r, "allgather of host tensors, slot {}: {}", r, hs[r].max().item<int32_t>());
+  if (world > 1 && rank < 2) {
+    Tensor m = full({4}, rank == 0 ? 7.0 : 0.0);
+    (rank == 0 ? pg->send(m, 1, 0) : pg->recv(m, 0, 0))->wait();
+    expect(m.min().item<float>() == 7.0f, "send/recv of a host tensor: {}", m.min().item<float>());
+  }
   pg->barrier()->wait();
 }
 
