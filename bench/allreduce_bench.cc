@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cuda_probe.h"
+#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/ops.h"
@@ -29,14 +30,6 @@ using namespace kiln;
 using kiln::bench::now_s;
 
 namespace {
-
-/// Waits for the device too (NCCL's wait only orders the caller's stream).
-void settle(const Device& d) {
-#ifdef KILN_HAVE_CUDA
-  if (d.is_cuda()) cuda::synchronize();
-#endif
-  (void)d;
-}
 
 void run(int64_t max_bytes, const std::string& backend) {
   Device dev = kCPU;
@@ -58,18 +51,18 @@ void run(int64_t max_bytes, const std::string& backend) {
     Tensor t = ones({bytes / 4}).to(dev);
     // Enough iterations for ~0.3 s per size (agreed on by all ranks: rank 0's estimate).
     pg->allreduce(t)->wait();
-    settle(dev);
+    bench::synchronize(dev);
     double t0 = now_s();
     for (int i = 0; i < 3; ++i) pg->allreduce(t)->wait();
-    settle(dev);
+    bench::synchronize(dev);
     Tensor iters = full({1}, std::clamp(0.3 / std::max((now_s() - t0) / 3, 1e-6), 5.0, 2000.0)).to(dev);
     pg->broadcast(iters, 0)->wait();
     const int k = static_cast<int>(iters.cpu().item<float>());
     pg->barrier()->wait();
-    settle(dev);
+    bench::synchronize(dev);
     t0 = now_s();
     for (int i = 0; i < k; ++i) pg->allreduce(t)->wait();
-    settle(dev);
+    bench::synchronize(dev);
     double per = (now_s() - t0) / k;
     double algbw = static_cast<double>(bytes) / per / 1e9;
     double busbw = algbw * 2.0 * (n - 1) / n;

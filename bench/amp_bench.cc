@@ -24,6 +24,7 @@
 #include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "bench/cuda_probe.h"
+#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/generator.h"
@@ -39,6 +40,7 @@
 using namespace kiln;
 using kiln::bench::median;
 using kiln::bench::now_s;
+using kiln::bench::synchronize;
 
 namespace {
 
@@ -64,13 +66,6 @@ std::shared_ptr<nn::Sequential> make_bench_model(const std::string& name) {
   if (name == "wide_mlp") return examples::make_wide_mlp(4096);
   if (name == "wide_cnn") return make_wide_cnn();
   return examples::make_model(name);
-}
-
-void synchronize(Device d) {
-#ifdef KILN_HAVE_CUDA
-  if (d.is_cuda()) cuda::synchronize();
-#endif
-  (void)d;
 }
 
 double peak_bytes(Device d) {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
@@ -30,6 +31,7 @@
 
 using namespace kiln;
 using kiln::bench::now_s;
+using kiln::bench::synchronize;
 namespace F = kiln::nn::functional;
 
 namespace {
@@ -40,13 +42,6 @@ struct Result {
 };
 
 using Attention = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const F::AttentionOptions&);
-
-void synchronize(Device d) {
-#ifdef KILN_HAVE_CUDA
-  if (d.is_cuda()) cuda::synchronize();
-#endif
-  (void)d;
-}
 
 /// Peak bytes of `step` above what was allocated before it, on `d`.
 size_t step_peak(Device d, const std::function<void()>& step) {

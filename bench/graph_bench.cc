@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
+#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/device_graph.h"
@@ -33,21 +34,15 @@ using kiln::bench::now_s;
 
 namespace {
 
-void synchronize() {
-#ifdef KILN_HAVE_CUDA
-  cuda::synchronize();
-#endif
-}
-
 /// Median ms per step of `step(i)` (i: the step's number) over `blocks` blocks of `steps` steps.
-template <class Step> double time_steps(Step&& step, int steps, int blocks) {
+template <class Step> double time_steps(const Device& dev, Step&& step, int steps, int blocks) {
   std::vector<double> ms;
   int64_t i = 0;
   for (int b = 0; b < blocks; ++b) {
-    synchronize();
+    bench::synchronize(dev);
     const double t0 = now_s();
     for (int s = 0; s < steps; ++s) step(i++);
-    synchronize();
+    bench::synchronize(dev);
     ms.push_back((now_s() - t0) / steps * 1e3);
   }
   return median(ms);
@@ -102,7 +97,7 @@ int main(int argc, char** argv) {
   };
   const int64_t warmup = examples::GraphedStep::kWarmupSteps + 3;  // the graph's warm-up, capture and a few replays
   for (int64_t i = 0; i < warmup; ++i) eager_step(i);
-  const double eager_ms = time_steps(eager_step, steps, blocks);
+  const double eager_ms = time_steps(dev, eager_step, steps, blocks);
 
   Setup graphed = make_setup(dev, batch);
   examples::GraphedStep graph(dev, batch, [&](const Tensor& x, const Tensor& y) {
@@ -117,7 +112,7 @@ int main(int argc, char** argv) {
     graph.run(graphed.xs[k], graphed.ys[k]);
   };
   for (int64_t i = 0; i < warmup; ++i) graph_step(i);
-  const double graph_ms = time_steps(graph_step, steps, blocks);
+  const double graph_ms = time_steps(dev, graph_step, steps, blocks);
   // Both ran the same steps from the same start: their losses agree (a wrong replay would not).
   const double eager_loss = nn::functional::cross_entropy(eager.model->forward(eager.xs[0]), eager.ys[0]).item<double>();
   const double graph_loss =
