@@ -2,7 +2,8 @@
 //
 // "O1" (the default): the model stays f32; the forward pass runs under amp::AutocastGuard, which
 // sends matmul/linear/conv through f16 or bf16 and keeps softmax, norms, reductions,
-// exp/log/pow and losses in f32 (the table in core/autocast_policy.h). Gradients reach the f32
+// exp/log/pow and losses in f32 (autocast_policy(): the `amp` column of core/elementwise_ops.h
+// and the table in core/autocast_policy.h). Gradients reach the f32
 // weights in f32. With f16, add a GradScaler; bf16 has f32's exponent range and needs none.
 //
 //   amp::GradScaler scaler;                           // f16

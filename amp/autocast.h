@@ -1,5 +1,5 @@
 // amp::AutocastGuard: runs a region of forward code in mixed precision. While a guard is open on
-// a thread, the ops of core/autocast_policy.h's table run as it says (matmul, linear, conv in
+// a thread, the ops of autocast_policy() (core/autocast_policy.h) run as it says (matmul, linear, conv in
 // f16/bf16; softmax, norms, reductions, exp/log/pow and losses in f32); all others follow their
 // inputs. Device-agnostic: the same policy applies to every device's tensors.
 #pragma once

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/grad_mode.h"
+#include "core/op_kinds.h"
 #include "core/ops.h"
 
 namespace kiln::autocast {
@@ -25,6 +26,9 @@ thread_local State g_state;
 thread_local std::unordered_map<const TensorImpl*, CacheEntry> g_cache;
 
 bool is_low(DType t) { return t == kFloat16 || t == kBFloat16; }
+
+/// An fp32-class input: f16/bf16 cast up to f32, anything else (f64, integers, undefined) as it is.
+Tensor up_to_f32(const Tensor& t) { return t.defined() && is_low(t.dtype()) ? t.to(kFloat32) : t; }
 
 /// A weight: what PyTorch caches too (activations are new every step, so caching them buys nothing).
 bool cacheable(const Tensor& t) { return t.requires_grad() && t.is_leaf() && !t.unsafe_impl()->is_view; }
@@ -63,12 +67,20 @@ Tensor cast_input(AutocastOp op, const Tensor& t) {
       if (t.dtype() == kFloat64 || t.dtype() == g_state.dtype) return t;
       return cast_lower(t, g_state.dtype);
     case AutocastClass::fp32:
-      return is_low(t.dtype()) ? t.to(kFloat32) : t;
+      return up_to_f32(t);
     case AutocastClass::promote:
       break;
   }
   fail("autocast: {} is a promote-class op: its inputs go through promote_inputs together",
        autocast_op_name(op));
+}
+
+Tensor cast_input(UnaryKind kind, const Tensor& t) {
+  return kind_autocast(kind) == KindAutocast::fp32 && is_enabled() ? up_to_f32(t) : t;
+}
+
+Tensor cast_input(BinaryKind kind, const Tensor& t) {
+  return kind_autocast(kind) == KindAutocast::fp32 && is_enabled() ? up_to_f32(t) : t;
 }
 
 std::vector<Tensor> promote_inputs(AutocastOp op, std::vector<Tensor> ts) {
@@ -95,3 +107,21 @@ SuspendGuard::SuspendGuard() : prev_(g_state.suspended) { g_state.suspended = tr
 SuspendGuard::~SuspendGuard() { g_state.suspended = prev_; }
 
 }  // namespace kiln::autocast
+
+namespace kiln {
+
+std::vector<AutocastEntry> autocast_policy() {
+  std::vector<AutocastEntry> entries;
+  for (int k = 0; k < kNumUnaryKinds; ++k)
+    if (kind_autocast(static_cast<UnaryKind>(k)) == KindAutocast::fp32)
+      entries.push_back({kind_name(static_cast<UnaryKind>(k)), AutocastClass::fp32});
+  for (int k = 0; k < kNumBinaryKinds; ++k)
+    if (kind_autocast(static_cast<BinaryKind>(k)) == KindAutocast::fp32)
+      entries.push_back({kind_name(static_cast<BinaryKind>(k)), AutocastClass::fp32});
+#define KILN_AUTOCAST_ENTRY_(NAME, CLASS) entries.push_back({#NAME, AutocastClass::CLASS});
+  KILN_AUTOCAST_POLICY(KILN_AUTOCAST_ENTRY_)
+#undef KILN_AUTOCAST_ENTRY_
+  return entries;
+}
+
+}  // namespace kiln

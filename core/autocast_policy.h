@@ -1,13 +1,14 @@
-// Autocast's policy: the one table saying which ops run in the lower precision (f16/bf16), which
-// in f32, and which promote their inputs to one dtype while amp::AutocastGuard is active. The
-// public entry points of the listed ops (in core/ops and nn/functional) consult it through
-// core/autocast.h; every op not listed follows the dtypes of its inputs. It lives in core so that
-// core and nn can both reach it; amp/ only switches it on.
+// Autocast's policy: which ops run in the lower precision (f16/bf16), which in f32, and which
+// promote their inputs to one dtype while amp::AutocastGuard is active. The elementwise kinds say
+// it in the `amp` column of their own rows (core/elementwise_ops.h), so a new unary op is pinned
+// to f32 by its row; the table below holds every other op. The public entry points of the listed
+// ops (in core/ops and nn/functional) consult it through core/autocast.h; every op listed in
+// neither follows the dtypes of its inputs. It lives in core so that core and nn can both reach
+// it; amp/ only switches it on.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -24,11 +25,10 @@ enum class AutocastClass : int8_t {
   promote,
 };
 
-// (op, class). Names are the public functions' (core/ops.h, core/conv.h, nn/functional.h).
+// (op, class) for the ops outside the elementwise registry. Names are the public functions'
+// (core/ops.h, core/conv.h, nn/functional.h).
 #define KILN_AUTOCAST_POLICY(_)                                                                  \
   _(matmul, lower) _(mm, lower) _(bmm, lower) _(linear, lower) _(conv2d, lower)                  \
-  _(exp, fp32) _(log, fp32) _(log1p, fp32) _(expm1, fp32) _(rsqrt, fp32) _(reciprocal, fp32)      \
-  _(pow, fp32) _(softplus, fp32)                                                                  \
   _(sum, fp32) _(mean, fp32) _(prod, fp32) _(var, fp32) _(std, fp32) _(logsumexp, fp32)           \
   _(softmax, fp32) _(log_softmax, fp32)                                                           \
   _(layer_norm, fp32) _(batch_norm, fp32)                                                         \
@@ -68,13 +68,15 @@ constexpr std::string_view autocast_class_name(AutocastClass c) {
   return c == AutocastClass::lower ? "lower" : c == AutocastClass::fp32 ? "fp32" : "promote";
 }
 
-/// The whole table in order, for documentation and tests.
-inline std::vector<std::pair<AutocastOp, AutocastClass>> autocast_policy() {
-  return {
-#define KILN_AUTOCAST_ENTRY_(NAME, CLASS) {AutocastOp::NAME, AutocastClass::CLASS},
-      KILN_AUTOCAST_POLICY(KILN_AUTOCAST_ENTRY_)
-#undef KILN_AUTOCAST_ENTRY_
-  };
-}
+/// One op autocast acts on: its name (an elementwise kind's is its row's, e.g. "pow_scalar"
+/// for pow(tensor, number) and "pow" for pow(tensor, tensor)) and its class.
+struct AutocastEntry {
+  std::string_view name;
+  AutocastClass cls;
+};
+
+/// Every op autocast acts on, for documentation and tests: the elementwise kinds whose `amp`
+/// column is fp32 (in table order, unary then binary), then the table above in order.
+std::vector<AutocastEntry> autocast_policy();
 
 }  // namespace kiln

@@ -13,55 +13,60 @@
 #include "core/int_pow.h"
 
 // ---- the unary table
-// _(name, dtypes, saves, grad)
+// _(name, dtypes, saves, amp, grad)
 //   dtypes: numeric  -- integer tensors keep their dtype (bool refused);
 //           floating -- integer tensors are computed in the default float (torch.exp(int) is f32).
 //   saves:  what backward reads as `s`: input (x), output (y), or none.
+//   amp:    under autocast, fp32 -- f16/bf16 inputs are cast up to f32 first (ops whose range or
+//           rounding the 16-bit formats cannot hold, PyTorch's autocast-to-f32 list);
+//           keep -- the op runs in its input's dtype. core/autocast_policy.h lists the other ops.
 //   grad:   grad_x as an expression of g (grad_y), s, the op's parameters a and b, in math type M.
 // Parameters a, b are UnaryOp::a, UnaryOp::b (named per row below). PyTorch's rule is followed at
 // kinks and bounds (noted where it matters).
-#define KILN_UNARY_OPS(_)                                                                          \
-  _(neg, numeric, none, -g)                                                                        \
-  _(abs, numeric, input, g * sign(s, a, b))                                              \
-  _(exp, floating, output, g * s)                                                                  \
-  _(log, floating, input, g / s)                                                                   \
-  _(sqrt, floating, output, g / (s * M(2)))                                                        \
-  _(rsqrt, floating, output, g * s * s * s * M(-0.5))                                              \
-  _(sin, floating, input, g * cos(s))                                                              \
-  _(cos, floating, input, -g * sin(s))                                                             \
-  _(tanh, floating, output, g * (M(1) - s * s))                                                    \
-  _(sigmoid, floating, output, g * s * (M(1) - s))                                                 \
-  /* 0 at x == 0 and where x <= 0 even for an inf/NaN g (PyTorch's threshold_backward) */          \
-  _(relu, numeric, input, s > M(0) ? g : M(0))                                                     \
-  _(gelu, floating, input, g * gelu_grad(s))                                             \
-  _(silu, floating, input, g * silu_grad(s))                                             \
-  _(square, numeric, input, g * s * M(2))                                                          \
-  _(sign, numeric, none, M(0))                                                                     \
-  _(log1p, floating, input, g / (s + M(1)))                                                        \
-  _(expm1, floating, output, g * (s + M(1)))                                                       \
-  _(reciprocal, floating, output, -g * s * s)                                                      \
-  /* x ^ a */                                                                                      \
-  _(pow_scalar, numeric, input, a == M(0) ? M(0) : g * pow(s, a - M(1)) * a)                       \
-  /* min(max(x, a), b) (a = -inf / b = +inf when absent). Gradient: g where a <= x <= b, so 1 at  \
+#define KILN_UNARY_OPS(_)                                                                           \
+  _(neg, numeric, none, keep, -g)                                                                   \
+  _(abs, numeric, input, keep, g * sign(s, a, b))                                                   \
+  _(exp, floating, output, fp32, g * s)                                                             \
+  _(log, floating, input, fp32, g / s)                                                              \
+  _(sqrt, floating, output, keep, g / (s * M(2)))                                                   \
+  _(rsqrt, floating, output, fp32, g * s * s * s * M(-0.5))                                         \
+  _(sin, floating, input, keep, g * cos(s))                                                         \
+  _(cos, floating, input, keep, -g * sin(s))                                                        \
+  _(tanh, floating, output, keep, g * (M(1) - s * s))                                               \
+  _(sigmoid, floating, output, keep, g * s * (M(1) - s))                                            \
+  /* 0 at x == 0 and where x <= 0 even for an inf/NaN g (PyTorch's threshold_backward) */           \
+  _(relu, numeric, input, keep, s > M(0) ? g : M(0))                                                \
+  _(gelu, floating, input, keep, g * gelu_grad(s))                                                  \
+  _(silu, floating, input, keep, g * silu_grad(s))                                                  \
+  _(square, numeric, input, keep, g * s * M(2))                                                     \
+  _(sign, numeric, none, keep, M(0))                                                                \
+  _(log1p, floating, input, fp32, g / (s + M(1)))                                                   \
+  _(expm1, floating, output, fp32, g * (s + M(1)))                                                  \
+  _(reciprocal, floating, output, fp32, -g * s * s)                                                 \
+  /* x ^ a */                                                                                       \
+  _(pow_scalar, numeric, input, fp32, a == M(0) ? M(0) : g * pow(s, a - M(1)) * a)                  \
+  /* min(max(x, a), b) (a = -inf / b = +inf when absent). Gradient: g where a <= x <= b, so 1 at    \
      x == a and x == b, 0 outside and for NaN x: PyTorch 2.x's clamp_backward (FunctionsManual.cpp, \
-     "gradients not defined on min and max, so we return the subgradient 1") */                    \
-  _(clamp, numeric, input, s >= a && s <= b ? g : M(0))                                            \
-  /* a = beta, b = threshold: x where beta x > threshold, else log1p(exp(beta x)) / beta */        \
-  _(softplus, floating, input, s * a > b ? g : g * softplus_grad(s * a))                 \
-  /* a = negative_slope; slope a at x == 0 (PyTorch: x > 0 ? g : g * slope) */                     \
-  _(leaky_relu, floating, input, s > M(0) ? g : g * a)                                             \
-  /* a = alpha; a at x == 0 (PyTorch: x <= 0 ? g * alpha * exp(x) : g) */                          \
-  _(elu, floating, input, s > M(0) ? g : g * a * exp(s))                                           \
-  /* a = min_val, b = max_val; unlike clamp, 0 at both bounds (PyTorch's hardtanh_backward) */     \
-  _(hardtanh, floating, input, s <= a || s >= b ? M(0) : g)                                        \
-  _(hardswish, floating, input, s < M(-3) ? M(0) : (s <= M(3) ? g * (s / M(3) + M(0.5)) : g))      \
-  /* F.gelu(approximate='tanh') */                                                                 \
-  _(gelu_tanh, floating, input, g * gelu_tanh_grad(s))
+     "gradients not defined on min and max, so we return the subgradient 1") */                     \
+  _(clamp, numeric, input, keep, s >= a && s <= b ? g : M(0))                                       \
+  /* a = beta, b = threshold: x where beta x > threshold, else log1p(exp(beta x)) / beta */         \
+  _(softplus, floating, input, fp32, s * a > b ? g : g * softplus_grad(s * a))                      \
+  /* a = negative_slope; slope a at x == 0 (PyTorch: x > 0 ? g : g * slope) */                      \
+  _(leaky_relu, floating, input, keep, s > M(0) ? g : g * a)                                        \
+  /* a = alpha; a at x == 0 (PyTorch: x <= 0 ? g * alpha * exp(x) : g) */                           \
+  _(elu, floating, input, keep, s > M(0) ? g : g * a * exp(s))                                      \
+  /* a = min_val, b = max_val; unlike clamp, 0 at both bounds (PyTorch's hardtanh_backward) */      \
+  _(hardtanh, floating, input, keep, s <= a || s >= b ? M(0) : g)                                   \
+  _(hardswish, floating, input, keep, s < M(-3) ? M(0) : (s <= M(3) ? g * (s / M(3) + M(0.5)) : g)) \
+  /* F.gelu(approximate='tanh') */                                                                  \
+  _(gelu_tanh, floating, input, keep, g * gelu_tanh_grad(s))
 
-// ---- the binary table: _(name, dtypes) with dtypes as above plus `any` (bool too: + and max are
-// "or", * and min are "and", as PyTorch). div is true division (integers divide in the default float).
-#define KILN_BINARY_OPS(_) \
-  _(add, any) _(sub, numeric) _(mul, any) _(div, floating) _(pow, numeric) _(maximum, any) _(minimum, any)
+// ---- the binary table: _(name, dtypes, amp) with dtypes as above plus `any` (bool too: + and max
+// are "or", * and min are "and", as PyTorch), amp as above. div is true division (integers divide
+// in the default float).
+#define KILN_BINARY_OPS(_)                                                                         \
+  _(add, any, keep) _(sub, numeric, keep) _(mul, any, keep) _(div, floating, keep) _(pow, numeric, fp32) \
+  _(maximum, any, keep) _(minimum, any, keep)
 
 namespace kiln {
 
@@ -86,6 +91,8 @@ inline constexpr int kNumBinaryKinds = 0 KILN_BINARY_OPS(KILN_COUNT_ROW_);
 enum class KindDTypes : int8_t { any, numeric, floating };
 /// What a unary kind's backward reads (the `saves` column).
 enum class UnarySaves : int8_t { input, output, none };
+/// What autocast does to a kind's inputs (the `amp` column).
+enum class KindAutocast : int8_t { keep, fp32 };
 
 KILN_HOST_DEVICE constexpr KindDTypes kind_dtypes(UnaryKind k) {
   constexpr KindDTypes t[] = {
@@ -98,9 +105,27 @@ KILN_HOST_DEVICE constexpr KindDTypes kind_dtypes(UnaryKind k) {
 
 KILN_HOST_DEVICE constexpr KindDTypes kind_dtypes(BinaryKind k) {
   constexpr KindDTypes t[] = {
-#define KILN_BINARY_DT_(NAME, DT) KindDTypes::DT,
+#define KILN_BINARY_DT_(NAME, DT, ...) KindDTypes::DT,
       KILN_BINARY_OPS(KILN_BINARY_DT_)
 #undef KILN_BINARY_DT_
+  };
+  return t[static_cast<int>(k)];
+}
+
+constexpr KindAutocast kind_autocast(UnaryKind k) {
+  constexpr KindAutocast t[] = {
+#define KILN_UNARY_AMP_(NAME, DT, SAVES, AMP, ...) KindAutocast::AMP,
+      KILN_UNARY_OPS(KILN_UNARY_AMP_)
+#undef KILN_UNARY_AMP_
+  };
+  return t[static_cast<int>(k)];
+}
+
+constexpr KindAutocast kind_autocast(BinaryKind k) {
+  constexpr KindAutocast t[] = {
+#define KILN_BINARY_AMP_(NAME, DT, AMP) KindAutocast::AMP,
+      KILN_BINARY_OPS(KILN_BINARY_AMP_)
+#undef KILN_BINARY_AMP_
   };
   return t[static_cast<int>(k)];
 }
@@ -196,7 +221,7 @@ template <class M> KILN_HOST_DEVICE inline M gelu_tanh_grad(M x) {
 /// Inside unary_fn so the grad column's exp/cos/pow name the scalar functions.
 template <class M> KILN_HOST_DEVICE inline M grad(UnaryKind kind, M g, M s, M a, M b) {
   switch (kind) {
-#define KILN_UNARY_GRAD_(NAME, DT, SAVES, GRAD) \
+#define KILN_UNARY_GRAD_(NAME, DT, SAVES, AMP, GRAD) \
   case UnaryKind::NAME: return GRAD;
     KILN_UNARY_OPS(KILN_UNARY_GRAD_)
 #undef KILN_UNARY_GRAD_

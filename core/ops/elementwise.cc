@@ -1,8 +1,9 @@
 // Elementwise ops: the differentiable primitives op::unary, op::binary and op::where (device
 // checks, broadcasting, PyTorch type promotion, kernel dispatch), the ops composed from them
 // (activations, pow, clamp, masked_fill, operators), comparisons, and in-place arithmetic.
-// Kernels only ever see operands of one dtype already broadcast to out's shape. Under autocast
-// exp, log, log1p, expm1, rsqrt, reciprocal and pow run in f32 (core/autocast_policy.h).
+// Kernels only ever see operands of one dtype already broadcast to out's shape. Every entry point
+// reaches the primitives through unary()/binary_op() below, which apply autocast as the kind's
+// row says (the `amp` column of core/elementwise_ops.h: exp, log, pow, softplus, ... in f32).
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -150,8 +151,14 @@ KILN_DEFINE_OP(where, &kiln::where_forward)
 namespace kiln {
 namespace {
 
+/// A unary kind through its primitive, x cast first as the row's `amp` column says.
 Tensor unary(UnaryKind kind, const Tensor& x, double a = 0, double b = 0) {
-  return op::unary(UnaryOp{kind, a, b}, x);
+  return op::unary(UnaryOp{kind, a, b}, autocast::cast_input(kind, x));
+}
+
+/// A binary kind through its primitive, both operands cast first as the row's `amp` column says.
+Tensor binary_op(BinaryKind kind, const Tensor& a, const Tensor& b) {
+  return op::binary(kind, autocast::cast_input(kind, a), autocast::cast_input(kind, b));
 }
 
 /// x in dtype `dt` for a composite op (differentiable, a no-op when the dtype already matches).
@@ -159,7 +166,7 @@ Tensor as_dtype(const Tensor& x, DType dt) { return x.dtype() == dt ? x : x.to(d
 
 /// a + alpha * b or a - alpha * b; alpha scales b in the result dtype.
 Tensor add_sub(BinaryKind kind, const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  if (is_one(alpha)) return op::binary(kind, a, b);
+  if (is_one(alpha)) return binary_op(kind, a, b);
   const char* name = kind == BinaryKind::add ? "add" : "sub";
   DType dt = result_type(a, b);
   KILN_CHECK(is_floating(dt) || !alpha.is_floating(),
@@ -167,8 +174,8 @@ Tensor add_sub(BinaryKind kind, const Tensor& a, const Tensor& b, const Scalar& 
              a.dtype(), b.dtype());
   KILN_CHECK(dt != kBool || alpha.kind() == Scalar::Kind::Bool,
              "{}: alpha must be a bool for bool inputs", name);
-  Tensor scaled = op::binary(BinaryKind::mul, as_dtype(b, dt), wrap(alpha, dt, b.device()));
-  return op::binary(kind, a, scaled);
+  Tensor scaled = binary_op(BinaryKind::mul, as_dtype(b, dt), wrap(alpha, dt, b.device()));
+  return binary_op(kind, a, scaled);
 }
 
 Tensor compare(CompareKind kind, const Tensor& a, const Tensor& b, DType dt) {
@@ -249,7 +256,7 @@ DType result_type(const Tensor& a, const Tensor& b) {
   return st.result();
 }
 
-Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b) { return op::binary(kind, a, b); }
+Tensor binary(BinaryKind kind, const Tensor& a, const Tensor& b) { return binary_op(kind, a, b); }
 
 Tensor unary_backward(const UnaryOp& op, const Tensor& grad_y, const Tensor& saved) {
   const std::string_view name = kind_name(op.kind);
@@ -269,12 +276,12 @@ Tensor unary_backward(const UnaryOp& op, const Tensor& grad_y, const Tensor& sav
 
 Tensor neg(const Tensor& x) { return unary(UnaryKind::neg, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryKind::abs, x); }
-Tensor exp(const Tensor& x) { return unary(UnaryKind::exp, autocast::cast_input(AutocastOp::exp, x)); }
-Tensor log(const Tensor& x) { return unary(UnaryKind::log, autocast::cast_input(AutocastOp::log, x)); }
-Tensor log1p(const Tensor& x) { return unary(UnaryKind::log1p, autocast::cast_input(AutocastOp::log1p, x)); }
-Tensor expm1(const Tensor& x) { return unary(UnaryKind::expm1, autocast::cast_input(AutocastOp::expm1, x)); }
+Tensor exp(const Tensor& x) { return unary(UnaryKind::exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryKind::log, x); }
+Tensor log1p(const Tensor& x) { return unary(UnaryKind::log1p, x); }
+Tensor expm1(const Tensor& x) { return unary(UnaryKind::expm1, x); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryKind::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(UnaryKind::rsqrt, autocast::cast_input(AutocastOp::rsqrt, x)); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryKind::rsqrt, x); }
 Tensor sin(const Tensor& x) { return unary(UnaryKind::sin, x); }
 Tensor cos(const Tensor& x) { return unary(UnaryKind::cos, x); }
 Tensor tanh(const Tensor& x) { return unary(UnaryKind::tanh, x); }
@@ -288,11 +295,11 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 Tensor silu(const Tensor& x) { return unary(UnaryKind::silu, x); }
 Tensor square(const Tensor& x) { return unary(UnaryKind::square, x); }
 Tensor reciprocal(const Tensor& x) {
-  return unary(UnaryKind::reciprocal, autocast::cast_input(AutocastOp::reciprocal, x));
+  return unary(UnaryKind::reciprocal, x);
 }
 Tensor sign(const Tensor& x) { return unary(UnaryKind::sign, x); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  return unary(UnaryKind::softplus, autocast::cast_input(AutocastOp::softplus, x), beta, threshold);
+  return unary(UnaryKind::softplus, x, beta, threshold);
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) { return unary(UnaryKind::leaky_relu, x, negative_slope); }
 Tensor elu(const Tensor& x, double alpha) { return unary(UnaryKind::elu, x, alpha); }
@@ -302,8 +309,7 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
 }
 Tensor hardswish(const Tensor& x) { return unary(UnaryKind::hardswish, x); }
 
-Tensor pow(const Tensor& x0, const Scalar& exponent) {
-  const Tensor x = autocast::cast_input(AutocastOp::pow, x0);
+Tensor pow(const Tensor& x, const Scalar& exponent) {
   DType dt = result_type_of(x, exponent);
   KILN_CHECK(is_floating(dt) || exponent.to_int() >= 0,
              "pow: integers to negative integer powers are not allowed (exponent {}, dtype {})", exponent.to_int(),
@@ -312,14 +318,14 @@ Tensor pow(const Tensor& x0, const Scalar& exponent) {
 }
 
 Tensor pow(const Tensor& x, const Tensor& exponent) {
-  return op::binary(BinaryKind::pow, autocast::cast_input(AutocastOp::pow, x),
-                    autocast::cast_input(AutocastOp::pow, exponent));
+  return binary_op(BinaryKind::pow, x, exponent);
 }
 
 Tensor pow(const Scalar& base, const Tensor& exponent0) {
-  const Tensor exponent = autocast::cast_input(AutocastOp::pow, exponent0);
+  // Cast before the base is wrapped, so that a bf16 exponent does not round the base to bf16.
+  const Tensor exponent = autocast::cast_input(BinaryKind::pow, exponent0);
   DType dt = result_type_of(base, exponent);
-  return op::binary(BinaryKind::pow, wrap(base, dt, exponent.device()), exponent);
+  return binary_op(BinaryKind::pow, wrap(base, dt, exponent.device()), exponent);
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
@@ -338,10 +344,10 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return add_sub(BinaryKind::add, a, b, alpha); }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return add_sub(BinaryKind::sub, a, b, alpha); }
-Tensor mul(const Tensor& a, const Tensor& b) { return op::binary(BinaryKind::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return op::binary(BinaryKind::div, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return op::binary(BinaryKind::maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return op::binary(BinaryKind::minimum, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::minimum, a, b); }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return compare(CompareKind::eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare(CompareKind::ne, a, b); }
