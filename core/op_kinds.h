@@ -27,6 +27,19 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 
+/// The fused attention primitive's parameters (op::attention, core/ops/attention.h).
+struct AttentionParams {
+  double scale = 1.0;
+  /// Query i attends to keys j <= i (top-left aligned, as PyTorch's is_causal).
+  bool causal = false;
+  /// Probability of zeroing an attention probability (kept ones are scaled by 1 / (1 - p)).
+  double dropout_p = 0.0;
+  /// Philox key and first counter of the dropout mask: element e of the [B, H, Tq, Tk]
+  /// probabilities is kept when word e % 4 of philox(seed, offset + e / 4) >= p * 2^32.
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 /// max_pool2d / avg_pool2d geometry. Padding is implicit -inf (max) or zeros (avg);
 /// count_include_pad only affects avg_pool2d.
 struct Pool2dParams {

@@ -44,7 +44,11 @@ namespace kiln::op {
                        int64_t normalized_dims, double eps))                                   \
   /* training mode (batch statistics); running stats updated in place when defined */          \
   _(batch_norm, Tensor(const Tensor& x, const Tensor& weight, const Tensor& bias,              \
-                       Tensor running_mean, Tensor running_var, double momentum, double eps))
+                       Tensor running_mean, Tensor running_var, double momentum, double eps))  \
+  /* fused softmax(q k^T * scale + mask) v over q [B..., H, Tq, D], k/v [B..., H, Tk, D/Dv];  \
+     mask undefined, bool or floating, broadcastable (core/ops/attention.h) */          \
+  _(attention, Tensor(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,   \
+                      const AttentionParams& p))
 
 #define KILN_DECLARE_OP_(NAME, SIG) extern Op<SIG> NAME;
 KILN_OP_LIST(KILN_DECLARE_OP_)

@@ -1,8 +1,8 @@
 // Host side of the flash-style CUDA attention (cuda/kernels/attention.cu): checks the head dims
 // the kernels hold in registers, describes the mask by its strides (no broadcast copy), and
-// launches on the current stream. Registered into //core:attention's kernel stubs; linked by
-// //cuda:attention (nn's SDPA falls back to the composite on a device without the kernel).
-#include "core/attention/attention.h"
+// launches on the current stream. Registered into the attention_forward/attention_backward slots
+// of core/kernels.h.
+#include "core/ops/attention.h"
 #include "core/dense.h"
 #include "core/kernels.h"
 #include "cuda/device.h"
@@ -16,7 +16,7 @@ namespace {
 
 /// A limit of this backend only (the CUDA kernels hold a row of q, k and v in registers), so it
 /// is checked here; every other condition is the slot's contract, checked by
-/// core/attention/attention.cc (one floating dtype, the mask bool or q's dtype, one device).
+/// core/ops/attention.cc (one floating dtype, the mask bool or q's dtype, one device).
 kern::AttentionShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   KILN_CHECK(q.size(3) <= kern::kAttentionMaxDim && v.size(3) <= kern::kAttentionMaxDim,
              "scaled_dot_product_attention: the CUDA kernel takes head dims up to {}, got q/k {} and v {}",

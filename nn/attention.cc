@@ -1,12 +1,14 @@
 // scaled_dot_product_attention: checks its arguments, draws the dropout stream, and runs the fused
-// primitive (core/attention/attention.h); the composite of core ops stays as the reference.
+// primitive (core/ops/attention.h); the composite of core ops stays as the reference.
 #include "nn/attention.h"
 
 #include <cmath>
 
-#include "core/attention/attention.h"
 #include "core/error.h"
+#include "core/kernels.h"
+#include "core/op_table.h"
 #include "core/ops.h"
+#include "core/ops/attention.h"
 #include "nn/functional.h"
 
 namespace kiln::nn::functional {

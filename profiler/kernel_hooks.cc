@@ -38,13 +38,17 @@ void note(ArgInfo& info, const std::vector<Tensor>& ts) {
 template <class T> void note(ArgInfo&, const T&) {}
 
 /// FLOPs (2 x multiply-adds) of the forward GEMM-like kernels, from their argument tensors in
-/// kernel-table order: linear(out, x, w, bias), bmm(out, a, b), conv2d(out, x, w, bias).
+/// kernel-table order: linear(out, x, w, bias), bmm(out, a, b), conv2d(out, x, w, bias), and
+/// attention_forward(out, lse, q, k, v, mask): q k^T and p v, counted in full when causal (as
+/// torch.utils.flop_counter counts SDPA).
 double flops_of(std::string_view name, const std::vector<const Tensor*>& t) {
   auto numel = [&](size_t i) { return static_cast<double>(t[i]->numel()); };
   if (name == "linear" && t.size() >= 3 && t[2]->defined()) return 2 * numel(0) * static_cast<double>(t[2]->size(-1));
   if (name == "bmm" && t.size() >= 2 && t[1]->defined()) return 2 * numel(0) * static_cast<double>(t[1]->size(-1));
   if (name == "conv2d" && t.size() >= 3 && t[2]->defined() && t[2]->size(0) > 0)
     return 2 * numel(0) * numel(2) / static_cast<double>(t[2]->size(0));
+  if (name == "attention_forward" && t.size() >= 5 && t[3]->defined())
+    return 2 * (numel(2) + numel(0)) * static_cast<double>(t[3]->size(2));
   return 0;
 }
 

@@ -36,7 +36,7 @@ struct Event {
   int64_t bytes = 0;                 // alloc/free size; collective payload
   int64_t seq = -1;                  // collective sequence number
   double device_ms = -1;             // measured kernel time on the device (CUDA events), else -1
-  double flops = 0;                  // multiply-adds x 2 of linear, bmm and conv2d kernels (forward)
+  double flops = 0;                  // multiply-adds x 2 of linear, bmm, conv2d and attention kernels (forward)
   int64_t timer_id = -1;             // the DeviceTimer measurement behind device_ms, until stop()
 };
 

@@ -1,9 +1,9 @@
-// Backward of the fused attention primitive (core/attention/attention.h): one attention_backward
+// Backward of the fused attention primitive (core/ops/attention.h): one attention_backward
 // call from the saved q, k, v, mask, output and per-row logsumexp, recomputing the probabilities
 // tile by tile; an additive mask that requires grad gets dS summed down to its broadcast shape.
-// Its own library (//autograd:attention) beside //core:attention.
 #include "autograd/functions/common.h"
-#include "core/attention/attention.h"
+#include "core/ops/attention.h"
+#include "core/kernels.h"
 
 namespace kiln::autograd {
 namespace {
@@ -54,6 +54,4 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, con
 }  // namespace
 }  // namespace kiln::autograd
 
-static ::kiln::detail::Registrar kiln_attention_autograd_reg([] {
-  ::kiln::op::attention.set_autograd(&kiln::autograd::attention_autograd);
-});
+KILN_REGISTER_AUTOGRAD(attention, &kiln::autograd::attention_autograd);

@@ -1,4 +1,4 @@
-// CPU flash attention (core/attention/attention.h has the contract). The forward runs one task per
+// CPU flash attention (core/ops/attention.h has the contract). The forward runs one task per
 // (batch, head, block of kBr queries) on the thread pool: it walks the keys in tiles of kBc with an
 // online softmax (running max m and sum l per row, the output rescaled when m grows), so the
 // [Tq, Tk] probabilities never exist beyond one [kBr, kBc] tile. The backward runs one task per
@@ -14,10 +14,11 @@
 #include <limits>
 #include <vector>
 
-#include "core/attention/attention.h"
+#include "core/ops/attention.h"
 #include "core/cpu/gemm.h"
 #include "core/dense.h"
 #include "core/generator.h"
+#include "core/kernels.h"
 #include "core/parallel.h"
 
 namespace kiln::cpu {

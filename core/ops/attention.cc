@@ -1,12 +1,14 @@
 // scaled-dot-product attention as one primitive: argument checks, the [B..., H, T, D] -> [B, H, T, D]
-// views the kernels take, and the dispatch to the device kernel (core/attention/attention.h).
-#include "core/attention/attention.h"
+// views the kernels take, and the dispatch to the device kernel (core/ops/attention.h).
+#include "core/ops/attention.h"
 
 #include <cmath>
 
 #include "core/dense.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/kernels.h"
+#include "core/op_table.h"
 #include "core/ops.h"
 
 namespace kiln {
@@ -105,14 +107,6 @@ Tensor attention_dropout_keep_mask(const AttentionParams& p, int64_t B, int64_t 
   return keep;
 }
 
-namespace op {
-constinit Op<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionParams&)> attention{
-    "scaled_dot_product_attention", &attention_forward_only};
-}  // namespace op
-
-namespace kernels {
-constinit decltype(attention_forward) attention_forward{"attention_forward"};
-constinit decltype(attention_backward) attention_backward{"attention_backward"};
-}  // namespace kernels
-
 }  // namespace kiln
+
+KILN_DEFINE_OP(attention, kiln::attention_forward_only)

@@ -1,5 +1,5 @@
 // Launchers of the flash-style attention kernels (cuda/kernels/attention.cu), called by
-// cuda/attention.cc; the same contract as the CPU kernel (core/attention/attention.h): q, k, v,
+// cuda/attention.cc; the same contract as the CPU kernel (core/ops/attention.h): q, k, v,
 // out [B, H, T, D] contiguous of one floating type, math in float (double for f64), per-row
 // logsumexp in the math type, the mask read through its strides, dropout from the same Philox
 // stream as the CPU so both devices drop the same elements. Head dims up to kAttentionMaxDim.

@@ -9,8 +9,9 @@
 #include <cmath>
 #include <vector>
 
-#include "core/attention/attention.h"
+#include "core/kernels.h"
 #include "core/ops.h"
+#include "core/ops/attention.h"
 #include "nn/attention.h"
 #include "tests/cuda/gpu_test_util.h"
 

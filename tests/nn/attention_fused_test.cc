@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
-#include "core/attention/attention.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
+#include "core/ops/attention.h"
 #include "core/parallel.h"
 #include "nn/attention.h"
 

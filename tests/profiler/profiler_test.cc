@@ -11,6 +11,7 @@
 #include "autograd/autograd.h"
 #include "core/allocator.h"
 #include "core/kernels.h"
+#include "core/op_table.h"
 #include "core/ops.h"
 #include "profiler/key_averages.h"
 #include "profiler/memory.h"
@@ -114,6 +115,20 @@ TEST_CASE("GEMM-like kernels carry their FLOPs") {
   matmul(randn({16, 32}), randn({32, 8}));  // 2 * 16 * 32 * 8
   prof.stop();
   CHECK(prof.key_averages().total_flops() == doctest::Approx(2.0 * 16 * 32 * 8));
+}
+
+TEST_CASE("fused attention is a kernel of the table: timed, with the FLOPs of q k^T and p v") {
+  NoGradGuard no_grad;
+  Tensor q = randn({2, 3, 5, 4}), k = randn({2, 3, 7, 4}), v = randn({2, 3, 7, 6});
+  profiler::Profiler prof;
+  prof.start();
+  op::attention(q, k, v, Tensor(), AttentionParams{.scale = 0.5});
+  prof.stop();
+  const profiler::KeyAverage* a = prof.key_averages().find("attention_forward");
+  REQUIRE(a != nullptr);
+  CHECK(a->calls == 1);
+  // 2 * B * H * Tq * Tk * (D + Dv)
+  CHECK(prof.key_averages().total_flops() == doctest::Approx(2.0 * 2 * 3 * 5 * 7 * (4 + 6)));
 }
 
 TEST_CASE("the Chrome trace is valid JSON whose thread events nest and name the rank") {
