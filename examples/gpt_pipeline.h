@@ -39,7 +39,20 @@ class Head : public nn::Module {
   Tensor weight;  // the tied copy
 };
 
-/// The layers of `model` in order, sharing its modules (the head's weight is a copy of wte's).
+/// A block run under nn::checkpoint (--activation-checkpointing): its activations are recomputed
+/// in backward, as GPT::forward does with checkpoint_activations. It holds the block's children
+/// under their own names, so its parameters keep the block's names.
+class CheckpointedBlock : public nn::Module {
+ public:
+  explicit CheckpointedBlock(std::shared_ptr<nn::Module> block);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<nn::Module> block_;
+};
+
+/// The layers of `model` in order, sharing its modules (the head's weight is a copy of wte's);
+/// the blocks are CheckpointedBlocks when model.config.checkpoint_activations.
 std::shared_ptr<nn::Sequential> gpt_layers(const GPT& model);
 
 /// The unsplit GPT's name of a pipeline (layer-index) name: "0.wte.weight" -> "wte.weight",
