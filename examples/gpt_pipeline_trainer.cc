@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 
 #include "core/parallel.h"
 #include "distributed/init.h"
@@ -189,9 +190,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   save();
   if (!c.save_hf.empty()) {
     // The merged weights (--save's file, or one written for this and removed) into a whole model.
-    const std::string merged = c.save.empty() ? c.save_hf + ".merged.safetensors" : c.save;
-    if (c.save.empty())
+    const std::string merged = c.save.empty() ? c.save_hf + "/kiln-merged.tmp.safetensors" : c.save;
+    if (c.save.empty()) {
+      std::error_code racing;  // every stage makes it; the others' attempts may fail
+      std::filesystem::create_directories(c.save_hf, racing);
       dist::save_merged_checkpoint(pipe, merged, state, [&](const std::string& global) { return gpt_name(global, n_layer); });
+    }
     if (rank == 0) {
       GPT whole(c.gpt);
       nn::load_checkpoint(merged, whole, nullptr, nullptr);
