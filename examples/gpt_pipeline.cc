@@ -71,9 +71,10 @@ std::string gpt_name(const std::string& global, int64_t n_layer) {
   return rest == "weight" ? "" : rest;                                // ln_f.*; the tied copy
 }
 
-TiedHead::TiedHead(dist::Pipeline& pipe) : pipe_(pipe) {
+TiedHead::TiedHead(dist::Pipeline& pipe, int replicas) : pipe_(pipe) {
   const int p = pipe.num_stages();
-  ends_ = dist::new_group({0, p - 1});
+  for (int r = 0; r < replicas; ++r)  // every rank makes every group, in the same order
+    if (auto g = dist::new_group({r * p, r * p + p - 1})) ends_ = g;
   nn::Sequential& stage = pipe.stage_module();
   if (pipe.is_first()) {
     auto* embed = dynamic_cast<Embed*>(stage[0].get());

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <bit>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -26,6 +27,25 @@ bool split_key(const std::string& key, const std::string& prefix, int64_t& index
 }
 
 Tensor indices(const std::vector<int64_t>& v) { return tensor<int64_t>(v, {static_cast<int64_t>(v.size())}); }
+
+// `in` with each group's index list replaced by `groups`' and each per-parameter key
+// ("state.<i>.<field>", "master.<i>") copied to the indices `to(i)` gives (none: left out).
+optim::StateDict remap(const optim::StateDict& in, const std::vector<std::vector<int64_t>>& groups,
+                       const std::function<std::vector<int64_t>(int64_t)>& to) {
+  optim::StateDict out;
+  int64_t i = 0;
+  std::string field;
+  for (const auto& [key, t] : in) {
+    if (split_key(key, "param_groups.", i, field)) {
+      out[key] = field == ".params" ? indices(groups.at(static_cast<size_t>(i))) : t;
+      continue;
+    }
+    const std::string prefix = key.rfind("state.", 0) == 0 ? "state." : "master.";
+    KILN_CHECK(split_key(key, prefix, i, field), "StageOptimizerMap: unexpected optimizer key '{}'", key);
+    for (int64_t j : to(i)) out[prefix + std::to_string(j) + field] = t;
+  }
+  return out;
+}
 
 std::string rng_tag(dist::Pipeline& pipe, int64_t step) {
   return fmt::format("step={} split={} rng=", step, fmt::join(pipe.boundaries(), ","));
@@ -69,38 +89,19 @@ StageOptimizerMap::StageOptimizerMap(const std::vector<std::vector<std::string>>
 }
 
 optim::StateDict StageOptimizerMap::to_whole(const optim::StateDict& stage) const {
-  optim::StateDict out;
-  int64_t i = 0;
-  std::string field;
-  for (const auto& [key, t] : stage) {
-    if (split_key(key, "param_groups.", i, field)) {
-      out[key] = field == ".params" ? indices(whole_groups_.at(static_cast<size_t>(i))) : t;
-    } else {
-      const std::string prefix = key.rfind("state.", 0) == 0 ? "state." : "master.";
-      KILN_CHECK(split_key(key, prefix, i, field), "StageOptimizerMap: unexpected optimizer key '{}'", key);
-      if (!copy_.at(static_cast<size_t>(i))) out[prefix + std::to_string(whole_index_[static_cast<size_t>(i)]) + field] = t;
-    }
-  }
-  return out;
+  return remap(stage, whole_groups_, [&](int64_t i) {
+    const auto j = static_cast<size_t>(i);
+    return copy_.at(j) ? std::vector<int64_t>{} : std::vector<int64_t>{whole_index_[j]};
+  });
 }
 
 optim::StateDict StageOptimizerMap::to_stage(const optim::StateDict& whole) const {
-  std::multimap<int64_t, int64_t> local;  // one-process index -> this stage's indices
-  for (size_t j = 0; j < whole_index_.size(); ++j) local.emplace(whole_index_[j], static_cast<int64_t>(j));
-  optim::StateDict out;
-  int64_t i = 0;
-  std::string field;
-  for (const auto& [key, t] : whole) {
-    if (split_key(key, "param_groups.", i, field)) {
-      out[key] = field == ".params" ? indices(stage_groups_.at(static_cast<size_t>(i))) : t;
-    } else {
-      const std::string prefix = key.rfind("state.", 0) == 0 ? "state." : "master.";
-      KILN_CHECK(split_key(key, prefix, i, field), "StageOptimizerMap: unexpected optimizer key '{}'", key);
-      auto [lo, hi] = local.equal_range(i);
-      for (auto it = lo; it != hi; ++it) out[prefix + std::to_string(it->second) + field] = t;
-    }
-  }
-  return out;
+  return remap(whole, stage_groups_, [&](int64_t i) {
+    std::vector<int64_t> local;  // the head's copy shares wte's index
+    for (size_t j = 0; j < whole_index_.size(); ++j)
+      if (whole_index_[j] == i) local.push_back(static_cast<int64_t>(j));
+    return local;
+  });
 }
 
 void save_pipeline_checkpoint(dist::Pipeline& pipe, const std::string& path, const StageOptimizerMap& map,

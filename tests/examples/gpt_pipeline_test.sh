@@ -4,8 +4,9 @@
 # in 3 stages ends with the one-process run's weights (merged checkpoint, the GPT's names, one
 # wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
 # accumulation matches too. The same under --amp bf16, --activation-checkpointing,
-# --init-from-hf/--save-hf, and runs stopped and resumed (into the same split, another split, and
-# across the one-process trainer) end with the uninterrupted run's weights and AdamW moments.
+# --init-from-hf/--save-hf and --ddp (stages x replicas), and runs stopped and resumed (into the
+# same split, another split, and across the one-process trainer) end with the uninterrupted run's
+# weights and AdamW moments.
 # Wrong flags and launches are clear errors.
 set -u
 launch="$1"
@@ -115,6 +116,30 @@ for spec in "2 2 --save $dir/hf2.safetensors" "3 1"; do
   cmp -s "$dir/hf1/config.json" "$dir/hf$p/config.json" || fail "$p stages: --save-hf's config.json differs"
   [ "$(ls "$dir/hf$p")" = "config.json"$'\n'"model.safetensors" ] || fail "$p stages: $dir/hf$p holds $(ls "$dir/hf$p")"
 done
+# --ddp: stages x replicas (rank = replica x stages + stage), each replica reading the rows a
+# one-process --ddp rank reads: 2 replicas of batch 2 train as one process with batch 4 (weights
+# within 1e-5) in 2 stages (4 ranks; with accumulation too) and 3 (6 ranks), and a hybrid run
+# stopped and resumed equals the uninterrupted one bit for bit.
+hybrid() {  # hybrid <stages> <ranks> <flags...>
+  local p="$1" n="$2"
+  shift 2
+  "$launch" --nproc-per-node "$n" -- "$gpt" "${common[@]}" --batch-size 2 --ddp --pipeline-stages "$p" \
+    --micro-batches 2 "$@" 2>&1
+}
+for spec in "2 4" "3 6"; do
+  read -r p n <<<"$spec"
+  out=$(hybrid "$p" "$n" --save "$dir/hy$p.safetensors") || { fail "hybrid $p x 2 exited: $out"; continue; }
+  [[ "$out" == *"pipeline: $p stages (gloo)"*"x 2 data-parallel replicas"* && "$(json "$out")" == *"\"world_size\":$n,"* ]] ||
+    fail "hybrid $p x 2: no banner or world size: $out"
+  compare "hybrid $p stages x 2 replicas" "$one" "$dir/one.safetensors" "$out" "$dir/hy$p.safetensors"
+done
+out=$(hybrid 2 4 --total-batch-tokens 128 --save "$dir/hyacc.safetensors") || fail "accumulating hybrid exited: $out"
+[[ "$(json "$out")" == *'"grad_accum":2'* ]] || fail "hybrid: --total-batch-tokens 128 should accumulate 2 x 2 replicas x 2 x 16"
+compare "hybrid accumulation" "$acc1" "$dir/acc1.safetensors" "$out" "$dir/hyacc.safetensors"
+hybrid 2 4 --stop-after-steps 2 --save "$dir/hyhalf.safetensors" >/dev/null || fail "stopped hybrid exited $?"
+hybrid 2 4 --resume "$dir/hyhalf.safetensors" --save "$dir/hyres.safetensors" >/dev/null || fail "resumed hybrid exited $?"
+same "hybrid stopped and resumed" "$dir/hy2.safetensors" "$dir/hyres.safetensors" 0
+
 expect_error() {  # expect_error <label> <wanted text> <command...>
   local label="$1" want="$2"
   shift 2
@@ -129,8 +154,12 @@ expect_error "uneven split" "--batch-size 4 does not split into --micro-batches 
   "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 3
 expect_error "resume with another --amp" "trained with mixed precision 'none' but this run uses 'bf16/o1'" \
   "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --amp bf16 --resume "$dir/half.safetensors"
-expect_error "with --ddp" "--ddp (pipeline x data parallel" \
-  "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp
+expect_error "with --zero 1" "--pipeline-stages 2: --zero 1 is not supported with the pipelined GPT" \
+  "$launch" --nproc-per-node 4 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp --zero 1
+expect_error "hybrid world" "3 ranks started; with --ddp the world must be a multiple of 2 (stages x replicas)" \
+  "$launch" --nproc-per-node 3 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp
+expect_error "replicas without --ddp" "4 ranks started; start exactly 2 (one per stage), or add --ddp" \
+  "$launch" --nproc-per-node 4 -- "$gpt" "${common[@]}" --pipeline-stages 2
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
