@@ -74,15 +74,21 @@ nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path,
                          pipe.stage_module(), opt);
 }
 
-void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
-                            const CheckpointRename& rename) {
+namespace {
+
+// Each stage writes its part ("model."/"optim." keys as in a checkpoint), stage 0 joins them.
+void save_merged(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                 const CheckpointRename& rename, const optim::StateDict* optim_state, const std::string& optim_name) {
+  const std::string model = "model.", optim = "optim.";
   std::exception_ptr error;
   try {
     std::map<std::string, Tensor> mine;
     for (const auto& [local, t] : pipe.stage_module().state_dict()) {
       const std::string global = pipe.global_name(local), key = rename ? rename(global) : global;
-      if (!key.empty()) mine[key] = t;
+      if (!key.empty()) mine[model + key] = t;
     }
+    if (optim_state)
+      for (const auto& [key, t] : *optim_state) mine[optim + key] = t;
     nn::save_safetensors(part_path(path, pipe.stage()), mine, {});
   } catch (...) {
     error = std::current_exception();
@@ -91,15 +97,33 @@ void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::T
   if (pipe.is_first()) {
     try {
       TensorTree whole;
+      optim::StateDict opt;
       for (int s = 0; s < pipe.num_stages(); ++s)
-        for (const auto& [name, t] : nn::load_safetensors(part_path(path, s)).tensors) whole.put(name, t);
-      nn::save_checkpoint(path, whole, nullptr, state);
+        for (const auto& [key, t] : nn::load_safetensors(part_path(path, s)).tensors) {
+          if (key.rfind(model, 0) == 0) whole.put(key.substr(model.size()), t);
+          else opt[key.substr(optim.size())] = t;
+        }
+      if (optim_state) nn::save_checkpoint(path, whole, opt, optim_name, state);
+      else nn::save_checkpoint(path, whole, nullptr, state);
     } catch (...) {
       error = std::current_exception();
     }
     for (int s = 0; s < pipe.num_stages(); ++s) std::remove(part_path(path, s).c_str());
   }
   agree(pipe, error, "save_merged_checkpoint", path);
+}
+
+}  // namespace
+
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                            const CheckpointRename& rename) {
+  save_merged(pipe, path, state, rename, nullptr, "");
+}
+
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                            const CheckpointRename& rename, const optim::StateDict& optim_state,
+                            const std::string& optim_name) {
+  save_merged(pipe, path, state, rename, &optim_state, optim_name);
 }
 
 nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path) {

@@ -31,6 +31,13 @@ using CheckpointRename = std::function<std::string(const std::string& global)>;
 /// `rename` (when given) maps the pipeline's layer-index names to the model's own.
 void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
                             const CheckpointRename& rename = nullptr);
+/// As above, with the optimizer state too: `optim_state` is this stage's part keyed as the unsplit
+/// model's optimizer keys it (the caller maps its parameter indices), and the file gets their
+/// union under `optim_name`, as nn::save_checkpoint(path, unsplit_model, &unsplit_opt, state)
+/// writes it. Keys several stages hold (group options) must hold the same values on each.
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+                            const CheckpointRename& rename, const optim::StateDict& optim_state,
+                            const std::string& optim_name);
 /// Loads this stage's layers from a merged checkpoint (any split; the file must hold the whole
 /// model) and returns its training state.
 nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path);

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "distributed/init.h"
 #include "distributed/pipeline_clip.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/functional.h"
 
 namespace kiln::examples::gpt {
@@ -35,10 +36,26 @@ Head::Head(const GPT& model) : nn::Module("GPTHead") {
 
 Tensor Head::forward(const Tensor& x) { return nn::functional::linear(ln_f->forward(x), weight); }
 
+CheckpointedBlock::CheckpointedBlock(std::shared_ptr<nn::Module> block)
+    : nn::Module("GPTCheckpointedBlock"), block_(std::move(block)) {
+  for (auto& [name, child] : block_->named_children()) register_module(name, child);
+  KILN_CHECK(block_->named_parameters(/*recurse=*/false).empty(),
+             "CheckpointedBlock: the block holds parameters of its own, which this wrapper would not name");
+}
+
+Tensor CheckpointedBlock::forward(const Tensor& x) {
+  nn::Module* block = block_.get();  // kept alive by this wrapper until backward has run
+  return nn::checkpoint([block](const Tensor& in) { return block->forward(in); }, x);
+}
+
 std::shared_ptr<nn::Sequential> gpt_layers(const GPT& model) {
   auto layers = std::make_shared<nn::Sequential>();
   layers->push_back(std::make_shared<Embed>(model));
-  for (size_t i = 0; i < model.h->size(); ++i) layers->push_back((*model.h)[i]);
+  for (size_t i = 0; i < model.h->size(); ++i) {
+    std::shared_ptr<nn::Module> block = (*model.h)[i];
+    if (model.config.checkpoint_activations) block = std::make_shared<CheckpointedBlock>(block);
+    layers->push_back(block);
+  }
   layers->push_back(std::make_shared<Head>(model));
   return layers;
 }
@@ -54,9 +71,10 @@ std::string gpt_name(const std::string& global, int64_t n_layer) {
   return rest == "weight" ? "" : rest;                                // ln_f.*; the tied copy
 }
 
-TiedHead::TiedHead(dist::Pipeline& pipe) : pipe_(pipe) {
+TiedHead::TiedHead(dist::Pipeline& pipe, int replicas) : pipe_(pipe) {
   const int p = pipe.num_stages();
-  ends_ = dist::new_group({0, p - 1});
+  for (int r = 0; r < replicas; ++r)  // every rank makes every group, in the same order
+    if (auto g = dist::new_group({r * p, r * p + p - 1})) ends_ = g;
   nn::Sequential& stage = pipe.stage_module();
   if (pipe.is_first()) {
     auto* embed = dynamic_cast<Embed*>(stage[0].get());

@@ -39,7 +39,20 @@ class Head : public nn::Module {
   Tensor weight;  // the tied copy
 };
 
-/// The layers of `model` in order, sharing its modules (the head's weight is a copy of wte's).
+/// A block run under nn::checkpoint (--activation-checkpointing): its activations are recomputed
+/// in backward, as GPT::forward does with checkpoint_activations. It holds the block's children
+/// under their own names, so its parameters keep the block's names.
+class CheckpointedBlock : public nn::Module {
+ public:
+  explicit CheckpointedBlock(std::shared_ptr<nn::Module> block);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<nn::Module> block_;
+};
+
+/// The layers of `model` in order, sharing its modules (the head's weight is a copy of wte's);
+/// the blocks are CheckpointedBlocks when model.config.checkpoint_activations.
 std::shared_ptr<nn::Sequential> gpt_layers(const GPT& model);
 
 /// The unsplit GPT's name of a pipeline (layer-index) name: "0.wte.weight" -> "wte.weight",
@@ -50,8 +63,9 @@ std::string gpt_name(const std::string& global, int64_t n_layer);
 /// The tie between the first stage's wte and the last stage's head copy.
 class TiedHead {
  public:
-  /// A collective over the default group (it makes the first/last stage group): every rank calls it.
-  explicit TiedHead(dist::Pipeline& pipe);
+  /// A collective over the default group (it makes each replica's first/last stage group, with
+  /// world rank = replica x stages + stage, as dist::pipeline_groups): every rank calls it.
+  explicit TiedHead(dist::Pipeline& pipe, int replicas = 1);
   /// After the step's backward: the first and last stage sum their copies' gradients.
   void sync_gradients();
   /// Clips every gradient of the stages to `max_norm` by their global norm, counting the tied
@@ -67,11 +81,17 @@ class TiedHead {
   Tensor tied_;                               // wte on stage 0, the copy on the last stage
 };
 
-/// train() with config.pipeline_stages > 1: one rank per stage (WORLD_SIZE == stages), the same
-/// data order, optimizer, schedule and clipping as one process; the last stage's losses are
-/// broadcast so rank 0 logs them. --save writes one merged checkpoint with the GPT's names
-/// (weights only). Throws naming the flag for what the pipeline does not support (--ddp, --amp,
-/// --resume, --init-from-hf, --save-hf, --activation-checkpointing) or a wrong launch.
+/// train() with config.pipeline_stages > 1: one rank per stage (WORLD_SIZE == stages), or with
+/// --ddp stages x replicas (rank = replica x stages + stage; each replica reads the rows a
+/// one-process --ddp rank reads, and the stage's gradients are averaged over the replicas). The
+/// same data order, optimizer, schedule and clipping as one process; the last stage's losses are
+/// broadcast so rank 0 logs them. --amp bf16 runs each stage's forward (and the loss) under
+/// autocast, --activation-checkpointing wraps the blocks in CheckpointedBlock, and
+/// --init-from-hf loads the whole model every rank builds before the split. --save writes one
+/// merged checkpoint in the one-process trainer's format (gpt_pipeline_checkpoint.h: the GPT's
+/// names, AdamW's state), which --resume loads into any split, as it does the one-process
+/// trainer's; --save-hf writes the merged weights from rank 0. Throws naming the flag for --zero
+/// (not supported) or a wrong launch. The closing sample is skipped (the model is split).
 TrainResult train_pipeline(const TrainConfig& config, std::ostream& log);
 
 }  // namespace kiln::examples::gpt

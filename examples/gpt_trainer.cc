@@ -32,14 +32,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-/// What a checkpoint must agree on to be resumed: the model's shape and the data it was drawn from.
+}  // namespace
+
 std::string run_signature(const TrainConfig& c, int64_t t) {
   const GPTConfig& g = c.gpt;
   return fmt::format("layers={} heads={} embd={} block={} vocab={} seq={} seed={}", g.n_layer, g.n_head, g.n_embd,
                      g.block_size, g.vocab_size, t, c.seed);
 }
 
-}  // namespace
+void accept_resumed(const TrainConfig& c, int64_t t, const nn::TrainingState& state, MixedPrecision& mp,
+                    std::ostream& out) {
+  const std::string saved = state.extra.count("gpt") ? state.extra.at("gpt") : "(none)";
+  KILN_CHECK(saved == run_signature(c, t), "--resume {}: the checkpoint's run ({}) differs from this one ({})",
+             c.resume, saved, run_signature(c, t));
+  mp.load(state);
+  out << fmt::format("resumed from {} at step {}\n", c.resume, state.step);
+}
 
 std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::NamedTensors& named) {
   std::vector<Tensor> decay, no_decay;
@@ -91,6 +99,16 @@ void StepTimes::finish(TrainResult& r, double flops_per_token) const {
   r.peak_rss_mb = peak_rss_mb();
 }
 
+int64_t resolve_shape(TrainConfig& c) {
+  const bool hf = !c.init_from_hf.empty();
+  if (hf) c.gpt = read_hf_config(c.init_from_hf);
+  KILN_CHECK(c.gpt.vocab_size >= 256, "{}: vocab_size {} cannot hold the 256 byte tokens",
+             hf ? "--init-from-hf " + c.init_from_hf : std::string("--vocab-size"), c.gpt.vocab_size);
+  const int64_t t = c.seq_len > 0 ? c.seq_len : c.gpt.block_size;
+  KILN_CHECK(t <= c.gpt.block_size, "--seq-len {} exceeds the model's block size {}", t, c.gpt.block_size);
+  return t;
+}
+
 double lr_at(const TrainConfig& c, int64_t step) {
   if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   if (step >= c.max_steps) return c.min_lr;
@@ -104,11 +122,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TrainConfig c = config;
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
-  if (hf) c.gpt = read_hf_config(c.init_from_hf);
-  KILN_CHECK(c.gpt.vocab_size >= 256, "{}: vocab_size {} cannot hold the 256 byte tokens",
-             hf ? "--init-from-hf " + c.init_from_hf : std::string("--vocab-size"), c.gpt.vocab_size);
-  const int64_t t = c.seq_len > 0 ? c.seq_len : c.gpt.block_size;
-  KILN_CHECK(t <= c.gpt.block_size, "--seq-len {} exceeds the model's block size {}", t, c.gpt.block_size);
+  const int64_t t = resolve_shape(c);
 
   std::shared_ptr<dist::ProcessGroup> pg;
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
@@ -142,11 +156,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   nn::TrainingState state;
   auto resumed = [&](nn::TrainingState loaded) {
     state = std::move(loaded);
-    const std::string saved = state.extra.count("gpt") ? state.extra.at("gpt") : "(none)";
-    KILN_CHECK(saved == run_signature(c, t), "--resume {}: the checkpoint's run ({}) differs from this one ({})",
-               c.resume, saved, run_signature(c, t));
-    mp.load(state);
-    out << fmt::format("resumed from {} at step {}\n", c.resume, state.step);
+    accept_resumed(c, t, state, mp, out);
   };
   if (c.zero == 0) {
     opt = make_optimizer(c, model->named_parameters());

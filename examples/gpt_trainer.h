@@ -17,6 +17,8 @@
 
 #include "core/device.h"
 #include "examples/gpt_model.h"
+#include "examples/mixed_precision.h"
+#include "nn/checkpoint.h"
 #include "optim/adam.h"
 
 namespace kiln::examples::gpt {
@@ -74,6 +76,10 @@ struct TrainResult {
   int rank = 0, world_size = 1;
 };
 
+/// Sets c.gpt from --init-from-hf's config.json when given, checks the vocabulary holds the byte
+/// tokens, and returns the sequence length (--seq-len, or the block size), checked against it.
+int64_t resolve_shape(TrainConfig& c);
+
 /// The lr at `step`: linear warm-up to `lr` over warmup_steps, cosine to min_lr at max_steps.
 double lr_at(const TrainConfig& c, int64_t step);
 
@@ -86,6 +92,14 @@ std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::Name
 optim::AdamOptions adam_options(const TrainConfig& c);
 /// AdamW over param_groups with adam_options.
 std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::NamedTensors& named);
+
+/// What a checkpoint must agree on to be resumed (saved as TrainingState::extra["gpt"]): the
+/// model's shape, the sequence length `t` and the seed the data order comes from.
+std::string run_signature(const TrainConfig& c, int64_t t);
+/// Checks that `state`, loaded from c.resume, belongs to this run (its signature) and restores the
+/// mixed precision state into `mp` (refusing another --amp); logs the step resumed at.
+void accept_resumed(const TrainConfig& c, int64_t t, const nn::TrainingState& state, MixedPrecision& mp,
+                    std::ostream& out);
 
 /// This process's peak resident memory in MB.
 double peak_rss_mb();

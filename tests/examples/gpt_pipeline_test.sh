@@ -3,7 +3,11 @@
 # width 32, 16 positions) trained 4 steps in 2 stages (GPipe and 1F1B, 2 and 4 micro-batches) and
 # in 3 stages ends with the one-process run's weights (merged checkpoint, the GPT's names, one
 # wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
-# accumulation matches too; wrong flags and launches are clear errors.
+# accumulation matches too. The same under --amp bf16, --activation-checkpointing,
+# --init-from-hf/--save-hf and --ddp (stages x replicas), and runs stopped and resumed (into the
+# same split, another split, and across the one-process trainer) end with the uninterrupted run's
+# weights and AdamW moments.
+# Wrong flags and launches are clear errors.
 set -u
 launch="$1"
 gpt="$2"
@@ -11,16 +15,21 @@ diff_py="$3"
 source "$(dirname "$0")/gpt_test_setup.sh" gpt_pipeline
 common+=(--eval-every 2 --batch-size 4)
 
-compare() {  # compare <label> <reference output> <reference checkpoint> <output> <checkpoint>
-  local label="$1" ref="$2" ref_ckpt="$3" out="$4" ckpt="$5"
+compare() {  # compare <label> <reference output> <reference checkpoint> <output> <checkpoint> [<tolerance>]
+  local label="$1" ref="$2" ref_ckpt="$3" out="$4" ckpt="$5" tol="${6:-1e-5}"
   [[ "$out" != *"[rank 1] {"* ]] || fail "$label: rank 1 printed a JSON line too"
   [[ "$out" == *"differs from wte by at most 0"$'\n'* || "$out" == *"differs from wte by at most 0" ]] ||
     fail "$label: the tied copies diverged: $(echo "$out" | grep 'tied head')"
   for key in train_loss val_loss; do
     a=$(field "$(json "$out")" $key) b=$(field "$(json "$ref")" $key)
-    close "$a" "$b" 1e-5 || fail "$label: $key $a vs one process $b"
+    close "$a" "$b" "$tol" || fail "$label: $key $a vs one process $b"
   done
-  python3 "$diff_py" "$ref_ckpt" "$ckpt" --tol 1e-5 || fail "$label: the weights differ from one process's"
+  python3 "$diff_py" "$ref_ckpt" "$ckpt" --tol "$tol" || fail "$label: the weights differ from one process's"
+}
+pipe() {  # pipe <stages> <micro-batches> <flags...>: the pipelined trainer under the launcher
+  local p="$1" m="$2"
+  shift 2
+  "$launch" --nproc-per-node "$p" -- "$gpt" "${common[@]}" --pipeline-stages "$p" --micro-batches "$m" "$@" 2>&1
 }
 
 one=$("$gpt" "${common[@]}" --save "$dir/one.safetensors" 2>&1) || fail "one process exited $?: $one"
@@ -43,6 +52,94 @@ acc2=$("$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --total-batch-token
 [[ "$(json "$acc2")" == *'"grad_accum":2'* ]] || fail "--total-batch-tokens 128 should accumulate 2 batches of 4 x 16"
 compare "accumulation" "$acc1" "$dir/acc1.safetensors" "$acc2" "$dir/acc2.safetensors"
 
+# --amp bf16: with one micro-batch the stages run the one-process bf16 run's very ops on the same
+# rows (the same weights bit for bit, and not the f32 run's: autocast is on); with 4 the rounding
+# of the regrouped rows differs, and Adam's first steps (about lr each) can go the other way.
+bf=$("$gpt" "${common[@]}" --amp bf16 --save "$dir/bf.safetensors" 2>&1) || fail "one process bf16 exited $?: $bf"
+for spec in "2 1 0" "3 1 0" "2 4 5e-3"; do
+  read -r p m tol <<<"$spec"
+  out=$(pipe "$p" "$m" --amp bf16 --save "$dir/bf$p$m.safetensors") || { fail "bf16 $p stages m=$m exited: $out"; continue; }
+  [[ "$(json "$out")" == *'"amp":"bf16"'* ]] || fail "bf16 $p stages m=$m: the JSON line does not record bf16"
+  compare "bf16 $p stages m=$m" "$bf" "$dir/bf.safetensors" "$out" "$dir/bf$p$m.safetensors" "$tol"
+  ! python3 "$diff_py" "$dir/one.safetensors" "$dir/bf$p$m.safetensors" --tol 1e-4 >/dev/null 2>&1 ||
+    fail "bf16 $p stages m=$m: the weights equal the f32 run's to 1e-4 (autocast off?)"
+done
+
+# --resume: 2 steps, stopped and resumed for 2 more, equal 4 in one go bit for bit (weights and
+# AdamW's moments), into the same split with dropout (every stage's generator comes back) and into
+# 3 stages; the one-process trainer's checkpoints resume under the pipeline and the reverse (1e-5:
+# the micro-batches regroup the sums).
+same() {  # same <label> <a> <b> <tolerance>: weights and AdamW moments
+  for prefix in model. optim.state.; do
+    python3 "$diff_py" "$2" "$3" --prefix "$prefix" --tol "$4" || fail "$1: $prefix differs"
+  done
+}
+pipe 2 2 --dropout 0.1 --save "$dir/d_full.safetensors" >/dev/null || fail "dropout run exited $?"
+out=$(pipe 2 2 --dropout 0.1 --stop-after-steps 2 --save "$dir/d_half.safetensors") || fail "stopped run exited: $out"
+[[ "$(json "$out")" == *'"steps":2,'* ]] || fail "--stop-after-steps 2 did not stop at step 2: $(json "$out")"
+out=$(pipe 2 2 --dropout 0.1 --resume "$dir/d_half.safetensors" --save "$dir/d_res.safetensors") || fail "resume exited: $out"
+[[ "$out" == *"resumed from $dir/d_half.safetensors at step 2"* && "$(json "$out")" == *'"steps":4,'* ]] ||
+  fail "no resume from step 2 to 4: $out"
+same "stopped and resumed (2 stages, dropout)" "$dir/d_full.safetensors" "$dir/d_res.safetensors" 0
+pipe 2 2 --stop-after-steps 2 --save "$dir/half.safetensors" >/dev/null || fail "stopped run exited $?"
+pipe 3 2 --resume "$dir/half.safetensors" --save "$dir/res3.safetensors" >/dev/null || fail "resume in 3 stages exited $?"
+same "2 stages resumed in 3" "$dir/p2gpipe2.safetensors" "$dir/res3.safetensors" 0
+"$gpt" "${common[@]}" --resume "$dir/half.safetensors" --save "$dir/res1.safetensors" >/dev/null 2>&1 ||
+  fail "one process resuming the pipeline's checkpoint exited $?"
+same "pipeline resumed in one process" "$dir/one.safetensors" "$dir/res1.safetensors" 1e-5
+"$gpt" "${common[@]}" --stop-after-steps 2 --save "$dir/one_half.safetensors" >/dev/null 2>&1 || fail "one process stop exited"
+pipe 2 2 --resume "$dir/one_half.safetensors" --save "$dir/resp.safetensors" >/dev/null || fail "pipeline resuming one process exited"
+same "one process resumed in the pipeline" "$dir/one.safetensors" "$dir/resp.safetensors" 1e-5
+
+# --activation-checkpointing: every block, on whichever stage, recomputes in backward (dropout's
+# masks replayed), and the weights are the run without it's, bit for bit.
+out=$(pipe 2 2 --dropout 0.1 --activation-checkpointing --save "$dir/ac.safetensors") || fail "checkpointing exited: $out"
+[[ "$out" == *"activation checkpointing: 2 of 2 blocks recompute their activations in backward"* ]] ||
+  fail "the blocks are not checkpointed: $out"
+python3 "$diff_py" "$dir/d_full.safetensors" "$dir/ac.safetensors" --tol 0 || fail "checkpointing changed the weights"
+
+# --init-from-hf and --save-hf: from a Hugging Face directory (written by the one-process trainer
+# after 2 steps) as one process does it: its weights, and the Hugging Face files it writes, within
+# 1e-5; without --save the merged file --save-hf reads is not left behind.
+"$gpt" "${common[@]}" --max-steps 2 --save-hf "$dir/hf0" >/dev/null 2>&1 || fail "writing the HF fixture exited $?"
+hf=(--data "$dir/corpus.txt" --init-from-hf "$dir/hf0" --max-steps 4 --warmup-steps 1 --eval-every 2 --eval-batches 2
+    --batch-size 4 --sample-tokens 0 --threads 1)
+hf1=$("$gpt" "${hf[@]}" --save "$dir/hf1.safetensors" --save-hf "$dir/hf1" 2>&1) || fail "one process from HF exited: $hf1"
+for spec in "2 2 --save $dir/hf2.safetensors" "3 1"; do
+  read -r p m save <<<"$spec"
+  out=$("$launch" --nproc-per-node "$p" -- "$gpt" "${hf[@]}" --pipeline-stages "$p" --micro-batches "$m" $save \
+        --save-hf "$dir/hf$p" 2>&1) || { fail "$p stages from HF exited: $out"; continue; }
+  [[ "$out" == *"[rank 0] gpt: hf"*"wrote Hugging Face layout to $dir/hf$p"* ]] || fail "$p stages from HF: $out"
+  [ -z "$save" ] || compare "$p stages from HF" "$hf1" "$dir/hf1.safetensors" "$out" "$dir/hf$p.safetensors"
+  python3 "$diff_py" "$dir/hf1/model.safetensors" "$dir/hf$p/model.safetensors" --prefix "" --tol 1e-5 ||
+    fail "$p stages: --save-hf's weights differ from one process's"
+  cmp -s "$dir/hf1/config.json" "$dir/hf$p/config.json" || fail "$p stages: --save-hf's config.json differs"
+  [ "$(ls "$dir/hf$p")" = "config.json"$'\n'"model.safetensors" ] || fail "$p stages: $dir/hf$p holds $(ls "$dir/hf$p")"
+done
+# --ddp: stages x replicas (rank = replica x stages + stage), each replica reading the rows a
+# one-process --ddp rank reads: 2 replicas of batch 2 train as one process with batch 4 (weights
+# within 1e-5) in 2 stages (4 ranks; with accumulation too) and 3 (6 ranks), and a hybrid run
+# stopped and resumed equals the uninterrupted one bit for bit.
+hybrid() {  # hybrid <stages> <ranks> <flags...>
+  local p="$1" n="$2"
+  shift 2
+  "$launch" --nproc-per-node "$n" -- "$gpt" "${common[@]}" --batch-size 2 --ddp --pipeline-stages "$p" \
+    --micro-batches 2 "$@" 2>&1
+}
+for spec in "2 4" "3 6"; do
+  read -r p n <<<"$spec"
+  out=$(hybrid "$p" "$n" --save "$dir/hy$p.safetensors") || { fail "hybrid $p x 2 exited: $out"; continue; }
+  [[ "$out" == *"pipeline: $p stages (gloo)"*"x 2 data-parallel replicas"* && "$(json "$out")" == *"\"world_size\":$n,"* ]] ||
+    fail "hybrid $p x 2: no banner or world size: $out"
+  compare "hybrid $p stages x 2 replicas" "$one" "$dir/one.safetensors" "$out" "$dir/hy$p.safetensors"
+done
+out=$(hybrid 2 4 --total-batch-tokens 128 --save "$dir/hyacc.safetensors") || fail "accumulating hybrid exited: $out"
+[[ "$(json "$out")" == *'"grad_accum":2'* ]] || fail "hybrid: --total-batch-tokens 128 should accumulate 2 x 2 replicas x 2 x 16"
+compare "hybrid accumulation" "$acc1" "$dir/acc1.safetensors" "$out" "$dir/hyacc.safetensors"
+hybrid 2 4 --stop-after-steps 2 --save "$dir/hyhalf.safetensors" >/dev/null || fail "stopped hybrid exited $?"
+hybrid 2 4 --resume "$dir/hyhalf.safetensors" --save "$dir/hyres.safetensors" >/dev/null || fail "resumed hybrid exited $?"
+same "hybrid stopped and resumed" "$dir/hy2.safetensors" "$dir/hyres.safetensors" 0
+
 expect_error() {  # expect_error <label> <wanted text> <command...>
   local label="$1" want="$2"
   shift 2
@@ -55,8 +152,14 @@ expect_error "no launcher" "--pipeline-stages 2: WORLD_SIZE is not set" "$gpt" "
 expect_error "micro-batches alone" "--micro-batches needs --pipeline-stages 2 or more" "$gpt" "${common[@]}" --micro-batches 2
 expect_error "uneven split" "--batch-size 4 does not split into --micro-batches 3" \
   "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 3
-expect_error "with --ddp" "--ddp (pipeline x data parallel" \
-  "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp
+expect_error "resume with another --amp" "trained with mixed precision 'none' but this run uses 'bf16/o1'" \
+  "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --amp bf16 --resume "$dir/half.safetensors"
+expect_error "with --zero 1" "--pipeline-stages 2: --zero 1 is not supported with the pipelined GPT" \
+  "$launch" --nproc-per-node 4 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp --zero 1
+expect_error "hybrid world" "3 ranks started; with --ddp the world must be a multiple of 2 (stages x replicas)" \
+  "$launch" --nproc-per-node 3 -- "$gpt" "${common[@]}" --pipeline-stages 2 --ddp
+expect_error "replicas without --ddp" "4 ranks started; start exactly 2 (one per stage), or add --ddp" \
+  "$launch" --nproc-per-node 4 -- "$gpt" "${common[@]}" --pipeline-stages 2
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
