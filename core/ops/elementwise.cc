@@ -151,13 +151,16 @@ KILN_DEFINE_OP(where, &kiln::where_forward)
 namespace kiln {
 namespace {
 
-/// A unary kind through its primitive, x cast first as the row's `amp` column says.
+/// A unary kind through its primitive, x cast first as the row's `amp` column says (a `keep`
+/// kind passes x straight through: no tensor copy on the common path).
 Tensor unary(UnaryKind kind, const Tensor& x, double a = 0, double b = 0) {
+  if (kind_autocast(kind) == KindAutocast::keep) return op::unary(UnaryOp{kind, a, b}, x);
   return op::unary(UnaryOp{kind, a, b}, autocast::cast_input(kind, x));
 }
 
 /// A binary kind through its primitive, both operands cast first as the row's `amp` column says.
 Tensor binary_op(BinaryKind kind, const Tensor& a, const Tensor& b) {
+  if (kind_autocast(kind) == KindAutocast::keep) return op::binary(kind, a, b);
   return op::binary(kind, autocast::cast_input(kind, a), autocast::cast_input(kind, b));
 }
 
