@@ -54,8 +54,8 @@ Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, 
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   check_attention_args(q, k, v, o);
-  // A device whose backend did not register the fused kernel (a CUDA program that does not link
-  // //cuda:attention) still computes attention, through the composite.
+  // A device whose backend registered no fused kernel in the attention_forward/backward slots
+  // still computes attention, through the composite.
   if (!kernels::attention_forward.has(q.device().type) || !kernels::attention_backward.has(q.device().type))
     return scaled_dot_product_attention_composite(q, k, v, o);
   const int64_t n = q.dim();

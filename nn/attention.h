@@ -23,7 +23,7 @@ struct AttentionOptions {
 
 /// softmax(q k^T * scale + mask) v as one fused primitive (core/ops/attention.h): flash-style
 /// kernels on CPU (f32/f64; f16/bf16 computed in f32) and CUDA (f32/f16/bf16/f64, head dims <= 128,
-/// with //cuda:attention linked) that keep a logsumexp per query row instead of the [Tq, Tk]
+/// part of //cuda) that keep a logsumexp per query row instead of the [Tq, Tk]
 /// probabilities. Dropout is fused (a Philox stream that backward regenerates). A query with no
 /// key to attend to (a fully masked row) gives 0 and no gradient, where the composite gives NaN.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

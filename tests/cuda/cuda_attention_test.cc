@@ -1,4 +1,4 @@
-// The flash-style CUDA attention (//cuda:attention) against the CPU kernel on random inputs,
+// The flash-style CUDA attention (cuda/attention.cc) against the CPU kernel on random inputs,
 // forward and backward (q, k, v and an additive mask's gradients): f32, f16, bf16, f64; causal,
 // bool and additive masks that broadcast, Tq != Tk, T not a multiple of the tiles, head dims 16
 // to 128, custom scale, dropout (both devices draw the same Philox mask). Skipped without a GPU,
