@@ -30,6 +30,11 @@ bool is_low(DType t) { return t == kFloat16 || t == kBFloat16; }
 /// An fp32-class input: f16/bf16 cast up to f32, anything else (f64, integers, undefined) as it is.
 Tensor up_to_f32(const Tensor& t) { return t.defined() && is_low(t.dtype()) ? t.to(kFloat32) : t; }
 
+/// An elementwise kind's input, as its row's `amp` column says.
+Tensor cast_by_column(KindAutocast c, const Tensor& t) {
+  return c == KindAutocast::fp32 && is_enabled() ? up_to_f32(t) : t;
+}
+
 /// A weight: what PyTorch caches too (activations are new every step, so caching them buys nothing).
 bool cacheable(const Tensor& t) { return t.requires_grad() && t.is_leaf() && !t.unsafe_impl()->is_view; }
 
@@ -75,13 +80,9 @@ Tensor cast_input(AutocastOp op, const Tensor& t) {
        autocast_op_name(op));
 }
 
-Tensor cast_input(UnaryKind kind, const Tensor& t) {
-  return kind_autocast(kind) == KindAutocast::fp32 && is_enabled() ? up_to_f32(t) : t;
-}
+Tensor cast_input(UnaryKind kind, const Tensor& t) { return cast_by_column(kind_autocast(kind), t); }
 
-Tensor cast_input(BinaryKind kind, const Tensor& t) {
-  return kind_autocast(kind) == KindAutocast::fp32 && is_enabled() ? up_to_f32(t) : t;
-}
+Tensor cast_input(BinaryKind kind, const Tensor& t) { return cast_by_column(kind_autocast(kind), t); }
 
 std::vector<Tensor> promote_inputs(AutocastOp op, std::vector<Tensor> ts) {
   KILN_CHECK(autocast_class(op) == AutocastClass::promote, "autocast: promote_inputs called for {}, a {}-class op",

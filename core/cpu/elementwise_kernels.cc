@@ -16,20 +16,6 @@
 #include "core/elementwise_ops.h"
 #include "core/kernels.h"
 
-namespace kiln::unary_fn {
-// Each row's grad column as an inline function of its own, for the CPU backward loops below:
-// through grad()'s switch g++ kept one out-of-line call per element (relu's backward was 7-9 %
-// of a CNN step in `perf`); called directly, the formula inlines into the loop and vectorises.
-#define KILN_CPU_GRAD_FN_(NAME, DT, SAVES, AMP, GRAD)                                              \
-  template <class M>                                                                             \
-  inline M NAME##_grad_of([[maybe_unused]] M g, [[maybe_unused]] M s, [[maybe_unused]] M a,      \
-                          [[maybe_unused]] M b) {                                                \
-    return GRAD;                                                                                 \
-  }
-KILN_UNARY_OPS(KILN_CPU_GRAD_FN_)
-#undef KILN_CPU_GRAD_FN_
-}  // namespace kiln::unary_fn
-
 namespace kiln::cpu {
 namespace {
 
