@@ -92,7 +92,11 @@ class Pool {
       std::lock_guard<std::mutex> g(mu_);
       job_.reset();
     }
-    if (job->error) std::rethrow_exception(job->error);
+    // Take the exception out of the job before rethrowing it: a worker may still hold the job
+    // and drop the last reference to it later, and the exception must not be destroyed there
+    // (exception_ptr counts in uninstrumented libstdc++, so TSan would report that release as a
+    // race with the caller's what()).
+    if (std::exception_ptr error = std::move(job->error)) std::rethrow_exception(error);
     return true;
   }
 
