@@ -88,6 +88,12 @@ class Pipeline {
   /// whose forward throws tells the later stages, which throw naming it. Every stage must call it.
   Tensor forward(const Tensor& input);
 
+  /// The last stage's `values` (a loss, metric sums) on every stage: a broadcast from the last
+  /// stage. Hybrid (a data_parallel_group of several replicas): the last stages first reduce them
+  /// by `op` over the replicas, so every rank of the job gets the same numbers. Every stage must
+  /// call it; only the last stage's values count.
+  std::vector<double> from_last_stage(const std::vector<double>& values, ReduceOp op = ReduceOp::kSum);
+
   /// This rank's stage: its layers, named "0", "1", ... in stage order.
   nn::Sequential& stage_module() { return *stage_; }
   std::vector<Tensor> parameters() const { return stage_->parameters(); }

@@ -1,6 +1,7 @@
 // Pipeline inference (Pipeline::forward): one batch through the stages without autograd, for
 // evaluation. Each activation is preceded by a header with its shape and dtype, or with a
 // failure flag so that a stage that throws stops the later ones instead of leaving them waiting.
+// Pipeline::from_last_stage brings the last stage's metrics to every rank.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -72,6 +73,14 @@ Tensor Pipeline::forward(const Tensor& input) {
   }
   if (!err.empty()) throw Error(err);
   return s == p - 1 ? out : Tensor();
+}
+
+std::vector<double> Pipeline::from_last_stage(const std::vector<double>& values, ReduceOp op) {
+  Tensor t = tensor(values).to(kFloat64).to(comm_device());
+  const auto& replicas = options_.data_parallel_group;
+  if (is_last() && replicas && replicas->size() > 1) replicas->allreduce(t, op)->wait();
+  pg_->broadcast(t, num_stages() - 1)->wait();
+  return t.to(kCPU).to_vector<double>();
 }
 
 }  // namespace kiln::dist

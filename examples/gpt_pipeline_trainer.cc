@@ -22,16 +22,6 @@
 namespace kiln::examples::gpt {
 namespace {
 
-/// The last stage's values on every stage; with `replicas` (hybrid: the data-parallel group), first
-/// reduced by `op` over the last stages of every replica.
-std::vector<double> from_last_stage(dist::Pipeline& pipe, Device comm, const std::vector<double>& v,
-                                    dist::ProcessGroup* replicas = nullptr, dist::ReduceOp op = dist::ReduceOp::kSum) {
-  Tensor t = tensor(v).to(kFloat64).to(comm);
-  if (replicas && pipe.is_last()) replicas->allreduce(t, op)->wait();
-  pipe.process_group().broadcast(t, pipe.num_stages() - 1)->wait();
-  return t.to(kCPU).to_vector<double>();
-}
-
 void check_flags(const TrainConfig& c) {
   const int p = c.pipeline_stages;
   KILN_CHECK(c.zero == 0, "--pipeline-stages {}: --zero {} is not supported with the pipelined GPT (each replica's "
@@ -142,7 +132,6 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
                        n.to(kCPU).item<double>(), n_layer);
   }
 
-  dist::ProcessGroup* dp = replicas > 1 ? groups.data.get() : nullptr;
   auto evaluate = [&]() {
     NoGradGuard g;
     pipe.stage_module().eval();
@@ -156,7 +145,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       if (pipe.is_last()) sum += GPT::loss(logits, b.y.to(c.device)).item<double>();
     }
     pipe.stage_module().train();
-    const std::vector<double> all = from_last_stage(pipe, comm, {sum, static_cast<double>(n)}, dp);
+    const std::vector<double> all = pipe.from_last_stage({sum, static_cast<double>(n)});
     return all[0] / std::max(all[1], 1.0);
   };
   auto save = [&]() {
@@ -193,7 +182,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     const double lr = lr_at(c, step);
     opt->set_lr(lr);
     mp.step(*opt);
-    loss_sum = from_last_stage(pipe, comm, {loss_sum}, dp, dist::ReduceOp::kAvg)[0];
+    loss_sum = pipe.from_last_stage({loss_sum}, dist::ReduceOp::kAvg)[0];
     const double dt = times.record(r, loss_sum, budget);
     ++state.step;
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;

@@ -33,17 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-/// The values `v` of the last stage, on every stage of the pipeline.
-std::vector<double> from_last_stage(dist::ProcessGroup& pipeline, Device comm, std::vector<double> v) {
-  Tensor t = tensor(v).to(comm);
-  pipeline.broadcast(t, pipeline.size() - 1)->wait();
-  return t.to(kCPU).to_vector<double>();
-}
-
 /// Test loss and accuracy: each replica runs its slice of the test set through the stages; the
 /// last stages add up their sums over the replicas and send the result up their pipelines.
-std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::MnistDataset& ds, dist::ProcessGroup* data_pg,
-                                   Device comm) {
+std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::MnistDataset& ds, dist::ProcessGroup* data_pg) {
   const int replica = data_pg ? data_pg->rank() : 0, replicas = data_pg ? data_pg->size() : 1;
   const int64_t n = ds.size(), lo = n * replica / replicas, hi = n * (replica + 1) / replicas;
   pipe.stage_module().eval();
@@ -57,13 +49,7 @@ std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::MnistDatase
     correct += static_cast<double>((logits.argmax(1) == y).sum().item<int64_t>());
   }
   pipe.stage_module().train();
-  std::vector<double> sums{loss_sum, correct};
-  if (pipe.is_last() && data_pg) {
-    Tensor t = tensor(sums).to(comm);
-    data_pg->allreduce(t)->wait();
-    sums = t.to(kCPU).to_vector<double>();
-  }
-  sums = from_last_stage(pipe.process_group(), comm, sums);
+  const std::vector<double> sums = pipe.from_last_stage({loss_sum, correct});
   return {sums[0] / static_cast<double>(n), sums[1] / static_cast<double>(n)};
 }
 
@@ -233,7 +219,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
       double shown = std::numeric_limits<double>::quiet_NaN();  // the loss, where a line brought it up
       progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0, [&](double v) {
-        return shown = from_last_stage(*groups.pipeline, comm, {v})[0];
+        return shown = pipe.from_last_stage({v}, dist::ReduceOp::kAvg)[0];
       });
       monitor.step_end(batch.target.size(0) * replicas, shown, lr, -1, mp.scaler().scale());
       ++run_steps;
@@ -250,15 +236,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       out << (r.preempted ? "preempted: stopped after step " : "stopped after step ") << state.step << "\n";
       break;
     }
-    double epoch_loss = progress.mean_loss();
-    if (pipe.is_last() && replicas > 1) {
-      Tensor t = tensor({epoch_loss}, dtype(kFloat64)).to(comm);
-      groups.data->allreduce(t, dist::ReduceOp::kAvg)->wait();
-      epoch_loss = t.to(kCPU).item<double>();
-    }
-    r.epoch_train_loss.push_back(from_last_stage(*groups.pipeline, comm, {epoch_loss})[0]);
-    std::tie(r.test_loss, r.test_accuracy) =
-        evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr, comm);
+    r.epoch_train_loss.push_back(pipe.from_last_stage({progress.mean_loss()}, dist::ReduceOp::kAvg)[0]);
+    std::tie(r.test_loss, r.test_accuracy) = evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr);
     ++r.epochs_done;
     progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
     monitor.test_metrics(r.test_loss, r.test_accuracy, state.step);

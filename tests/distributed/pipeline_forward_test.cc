@@ -1,6 +1,7 @@
 // Pipeline::forward (evaluation through the stages) on 3 real processes: the last stage gets the
 // unsplit model's output (exactly before training, within 1e-5 between training steps) for
-// batches of any size; a stage whose forward fails stops the later stages, which name it.
+// batches of any size; a stage whose forward fails stops the later stages, which name it;
+// from_last_stage brings the last stage's numbers to every stage.
 #include <doctest/doctest.h>
 
 #include "distributed/init.h"
@@ -53,6 +54,10 @@ TEST_CASE("forward through 3 stages gives the unsplit model's output, any batch 
       opt.step();
       reference.train(b);
     }
+    // The last stage's metrics reach every stage (the others' values are ignored).
+    const std::vector<double> got = pipe.from_last_stage({10.0 * pipe.stage(), 0.5});
+    expect(got.size() == 2 && got[0] == 20 && got[1] == 0.5, "stage {}: from_last_stage gave [{}, {}]", pipe.stage(),
+           got[0], got[1]);
   }, 60, "pipe_forward"));
 }
 

@@ -1,6 +1,6 @@
 // Process subgroups (new_group) and hybrid pipeline x data parallel: 4 ranks as 2 stages x 2
 // replicas, DDP within each stage's replica group, train exactly as one process on the whole
-// batch.
+// batch, and bring the last stages' metrics, reduced over the replicas, to every rank.
 #include <doctest/doctest.h>
 
 #include "autograd/autograd.h"
@@ -75,6 +75,13 @@ void hybrid(int rank, int world, dist::Schedule sched, int m) {
   }
   test::expect_stage_matches(pipe, *reference, 1e-5, fmt::format("hybrid 2x{} {} m={}", replicas,
                                                                  dist::schedule_name(sched), m));
+  // Metrics: the last stages' values, reduced over the replicas, reach every rank; the other
+  // stages' values are ignored. The last stages are ranks 1 and 3 (replicas 0 and 1).
+  const double mine = pipe.is_last() ? 10.0 * (g.replica + 1) : -1000.0;
+  const std::vector<double> avg = pipe.from_last_stage({mine, 1.0 + rank}, dist::ReduceOp::kAvg);
+  const std::vector<double> sum = pipe.from_last_stage({mine});
+  expect(avg.size() == 2 && avg[0] == 15 && avg[1] == 3 && sum.size() == 1 && sum[0] == 30,
+         "rank {}: from_last_stage gave avg [{}, {}], sum {}", rank, avg[0], avg[1], sum[0]);
 }
 
 TEST_CASE("hybrid 2 stages x 2 replicas equals one process on the whole batch (GPipe and 1F1B)") {
