@@ -58,7 +58,11 @@ struct Flags {
     app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
     app.add_option("--stop-after-steps", c.stop_after_steps, "stop this invocation after N steps (0: never)")
         ->check(cli::range<int64_t>(0, 1 << 30));
-    app.add_option("--amp", c.amp, "mixed precision: none or bf16 (autocast)")->check(cli::one_of({"none", "bf16"}));
+    app.add_option("--amp", c.amp, "mixed precision: none, bf16 (autocast) or f16 (autocast and a dynamic loss scale)")
+        ->check(cli::one_of({"none", "bf16", "f16"}));
+    app.add_option("--loss-scale", c.loss_scale, "--amp f16: the dynamic loss scale to start from (halved on every "
+                   "step with inf/NaN gradients, which is skipped; doubled after 2000 clean steps)")
+        ->check(cli::range(1e-30, 1e30));
     app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
     app.add_option("--pipeline-stages", c.pipeline_stages,
                    "pipeline parallel: the model split into P stages, one rank each under //distributed:launch")

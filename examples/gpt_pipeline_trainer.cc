@@ -76,7 +76,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   manual_seed(c.seed);
   auto model = std::make_shared<GPT>(c.gpt);  // the whole model, initialised as in one process
   if (hf) load_hf(*model, c.init_from_hf);
-  MixedPrecision mp(c.amp, "o1");
+  MixedPrecision mp(c.amp, "o1", c.loss_scale);
   dist::share_found_inf(mp.scaler(), pg);  // a step skipped on one stage is skipped on all
   nn::TrainingState state;
   optim::StateDict resumed_optimizer;  // the one-process optimizer's state, from --resume
@@ -188,9 +188,10 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
       out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% | "
-                         "bubble {:.0f}%\n",
+                         "bubble {:.0f}%{}\n",
                          state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu,
-                         100 * pipe.stats().wait_seconds / std::max(pipe.stats().step_seconds, 1e-12));
+                         100 * pipe.stats().wait_seconds / std::max(pipe.stats().step_seconds, 1e-12),
+                         scaler_note(mp.scaler()));
     validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
@@ -213,6 +214,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   }
   out << fmt::format("tied head: the last stage's copy differs from wte by at most {:.3g}\n", tie.divergence());
   r.steps_done = state.step;
+  r.skipped_steps = mp.skipped_steps();
+  r.loss_scale = mp.scaler().scale();
   times.finish(r, flops_per_token);
   if (c.sample_tokens > 0) out << "sample: skipped (the model is split across the stages)\n";
   return r;

@@ -148,7 +148,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto model = std::make_shared<GPT>(c.gpt);
   if (hf) load_hf(*model, c.init_from_hf);
   model->to(c.device);
-  MixedPrecision mp(c.amp, "o1");
+  MixedPrecision mp(c.amp, "o1", c.loss_scale);
   // Without ZeRO the optimizer and the resumed state come first, and DDP then broadcasts rank 0's
   // (identical) weights; ZeRO's optimizer wraps the shards of DDP's reducer, so it comes after.
   std::unique_ptr<optim::Optimizer> opt;
@@ -261,8 +261,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     ++state.step;
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
-      out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%\n",
-                         state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu);
+      out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%{}\n",
+                         state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu,
+                         scaler_note(mp.scaler()));
     validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
@@ -272,6 +273,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << fmt::format("wrote Hugging Face layout to {}\n", c.save_hf);
   }
   r.steps_done = state.step;
+  r.skipped_steps = mp.skipped_steps();
+  r.loss_scale = mp.scaler().scale();
   times.finish(r, model->flops_per_token(t));
   if (rank == 0 && c.sample_tokens > 0) {
     amp::AutocastGuard autocast = mp.autocast();
@@ -282,6 +285,12 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     out << "sample:\n" << r.sample << "\n";
   }
   return r;
+}
+
+std::string scaler_note(const amp::GradScaler& scaler) {
+  if (!scaler.is_enabled()) return "";
+  return scaler.skipped_steps() > 0 ? fmt::format(" | scale {:g} ({} skipped)", scaler.scale(), scaler.skipped_steps())
+                                    : fmt::format(" | scale {:g}", scaler.scale());
 }
 
 std::string result_json(const TrainConfig& c, const TrainResult& r) {
@@ -297,6 +306,8 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"zero", c.zero},
       {"amp", c.amp},
       {"steps", r.steps_done},
+      {"skipped_steps", r.skipped_steps},
+      {"loss_scale", r.loss_scale},
       {"tokens_per_step", r.tokens_per_step},
       {"grad_accum", r.grad_accum},
       {"train_loss", r.step_losses.empty() ? 0.0 : r.step_losses.back()},

@@ -41,7 +41,8 @@ struct TrainConfig {
   std::string resume;       // continue the run saved here
   int64_t stop_after_steps = 0;  // stop this invocation after N steps (the schedule still spans max_steps)
   std::string save_hf;      // at the end, also write the Hugging Face layout here
-  std::string amp = "none"; // or "bf16"
+  std::string amp = "none"; // or "bf16", "f16"
+  double loss_scale = 65536;  // --amp f16: the dynamic loss scale to start from
   bool ddp = false;
   int pipeline_stages = 1;          // > 1: one rank per stage (gpt_pipeline.h)
   int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
@@ -70,6 +71,8 @@ struct TrainResult {
   /// other processes sharing the cores).
   double tokens_per_sec = 0, tokens_per_cpu_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
   double peak_rss_mb = 0;
+  int64_t skipped_steps = 0;  // --amp f16: optimizer steps the loss scaler skipped (inf/NaN gradients)
+  double loss_scale = 1;      // --amp f16: the loss scale at the end
   int64_t checkpoints = 0;        // checkpoints written (--save-every and the final one)
   double checkpoint_seconds = 0;  // wall time spent writing them (rank 0's, waits included)
   std::string peak_description, sample;
@@ -124,6 +127,10 @@ struct StepTimes {
   /// peak_rss_mb.
   void finish(TrainResult& r, double flops_per_token) const;
 };
+
+/// The progress line's tail under --amp f16: " | scale S" (and the steps skipped so far); ""
+/// otherwise.
+std::string scaler_note(const amp::GradScaler& scaler);
 
 /// The closing JSON line (model, shape, steps, losses, tokens/s, MFU, ...).
 std::string result_json(const TrainConfig& config, const TrainResult& result);

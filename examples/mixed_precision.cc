@@ -1,26 +1,31 @@
 #include "examples/mixed_precision.h"
 
+#include <cmath>
+
 namespace kiln::examples {
 namespace {
 
 constexpr const char* kAmpKey = "amp";
 
-amp::GradScalerOptions scaler_options(bool f16) {
+amp::GradScalerOptions scaler_options(bool f16, double init_scale) {
   amp::GradScalerOptions o;
   o.enabled = f16;
+  o.init_scale = init_scale;
   return o;
 }
 
 }  // namespace
 
-MixedPrecision::MixedPrecision(const std::string& amp, const std::string& mode)
+MixedPrecision::MixedPrecision(const std::string& amp, const std::string& mode, double init_scale)
     : enabled_(amp != "none"),
       o2_(mode == "o2"),
       dtype_(amp == "f16" ? kFloat16 : kBFloat16),
-      scaler_(scaler_options(amp == "f16")) {
+      scaler_(scaler_options(amp == "f16", init_scale)) {
   KILN_CHECK(amp == "none" || amp == "f16" || amp == "bf16", "amp: must be one of none|f16|bf16, got '{}'", amp);
   KILN_CHECK(mode == "o1" || mode == "o2", "amp mode: must be one of o1|o2, got '{}'", mode);
   KILN_CHECK(enabled_ || !o2_, "amp mode: o2 (a 16-bit model with f32 master weights) needs amp f16 or bf16");
+  KILN_CHECK(init_scale > 0 && std::isfinite(init_scale), "loss scale: must be a positive finite number, got {}",
+             init_scale);
 }
 
 std::string MixedPrecision::describe() const {

@@ -16,9 +16,10 @@ namespace kiln::examples {
 
 class MixedPrecision {
  public:
-  /// `amp`: "none", "f16" or "bf16"; `mode`: "o1" or "o2" (only with f16/bf16). Throws naming
-  /// the setting and the bad value.
-  MixedPrecision(const std::string& amp, const std::string& mode);
+  /// `amp`: "none", "f16" or "bf16"; `mode`: "o1" or "o2" (only with f16/bf16); `init_scale`:
+  /// the f16 loss scaler's first scale. Throws naming the setting and the bad value.
+  MixedPrecision(const std::string& amp, const std::string& mode,
+                 double init_scale = amp::GradScalerOptions{}.init_scale);
 
   bool enabled() const { return enabled_; }
   /// "none", or "bf16/o1" etc.: what checkpoints record.

@@ -3,7 +3,8 @@
 # width 32, 16 positions) trained 4 steps in 2 stages (GPipe and 1F1B, 2 and 4 micro-batches) and
 # in 3 stages ends with the one-process run's weights (merged checkpoint, the GPT's names, one
 # wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
-# accumulation matches too. The same under --amp bf16, --activation-checkpointing,
+# accumulation matches too. The same under --amp bf16 and f16 (a skipped step skipped on every
+# stage), --activation-checkpointing,
 # --init-from-hf/--save-hf and --ddp (stages x replicas), and runs stopped and resumed (into the
 # same split, another split, and across the one-process trainer) end with the uninterrupted run's
 # weights and AdamW moments.
@@ -63,6 +64,37 @@ for spec in "2 1 0" "3 1 0" "2 4 5e-3"; do
   compare "bf16 $p stages m=$m" "$bf" "$dir/bf.safetensors" "$out" "$dir/bf$p$m.safetensors" "$tol"
   ! python3 "$diff_py" "$dir/one.safetensors" "$dir/bf$p$m.safetensors" --tol 1e-4 >/dev/null 2>&1 ||
     fail "bf16 $p stages m=$m: the weights equal the f32 run's to 1e-4 (autocast off?)"
+done
+
+# --amp f16: autocast to f16 and a dynamic loss scale. Started at 2^18 the scaled gradients overflow
+# f16 on the first steps, which are skipped (the scale halves) on every stage together; with one
+# micro-batch the stages run one process's very ops, so the same steps are skipped, the scale ends
+# the same and the weights are equal bit for bit. Four micro-batches sum their gradients in f16 over
+# fewer rows, so they overflow at other scales (as they would in one process accumulating them):
+# they are compared at a scale that never overflows, within the regrouping's rounding. Never the
+# f32 run's weights.
+f16_hi=$("$gpt" "${common[@]}" --amp f16 --loss-scale 262144 --save "$dir/f16hi.safetensors" 2>&1) ||
+  fail "one process f16 at 2^18 exited $?: $f16_hi"
+f16_lo=$("$gpt" "${common[@]}" --amp f16 --loss-scale 1024 --save "$dir/f16lo.safetensors" 2>&1) ||
+  fail "one process f16 at 1024 exited $?: $f16_lo"
+skipped=$(field "$(json "$f16_hi")" skipped_steps) scale=$(field "$(json "$f16_hi")" loss_scale)
+[[ "$skipped" =~ ^[0-9]+$ && "$skipped" -ge 1 && "$skipped" -lt 4 ]] ||
+  fail "one process f16 at 2^18: $skipped of 4 steps skipped (want some, not all): $(json "$f16_hi")"
+[[ "$f16_hi" == *"| scale "*"skipped)"* ]] || fail "one process f16: the progress lines do not show the loss scale"
+[ "$(field "$(json "$f16_lo")" skipped_steps)" = 0 ] || fail "one process f16 at 1024 skipped steps: $(json "$f16_lo")"
+for spec in "2 1 0 262144 hi" "3 1 0 262144 hi" "2 4 5e-3 1024 lo"; do
+  read -r p m tol ls ref <<<"$spec"
+  [ "$ref" = hi ] && want="$f16_hi" || want="$f16_lo"
+  out=$(pipe "$p" "$m" --amp f16 --loss-scale "$ls" --save "$dir/f16$p$m.safetensors") ||
+    { fail "f16 $p stages m=$m exited: $out"; continue; }
+  [[ "$(json "$out")" == *'"amp":"f16"'* ]] || fail "f16 $p stages m=$m: the JSON line does not record f16"
+  for key in skipped_steps loss_scale; do
+    [ "$(field "$(json "$out")" $key)" = "$(field "$(json "$want")" $key)" ] ||
+      fail "f16 $p stages m=$m: $key $(field "$(json "$out")" $key), one process $(field "$(json "$want")" $key)"
+  done
+  compare "f16 $p stages m=$m" "$want" "$dir/f16$ref.safetensors" "$out" "$dir/f16$p$m.safetensors" "$tol"
+  ! python3 "$diff_py" "$dir/one.safetensors" "$dir/f16$p$m.safetensors" --tol 1e-4 >/dev/null 2>&1 ||
+    fail "f16 $p stages m=$m: the weights equal the f32 run's to 1e-4 (autocast off?)"
 done
 
 # --resume: 2 steps, stopped and resumed for 2 more, equal 4 in one go bit for bit (weights and
