@@ -1,10 +1,11 @@
 // All-reduce bandwidth of a Kiln process group over sizes from 4 B to 64 MiB (f32 sum), with
 // the nccl-tests definitions: algbw = bytes / time, busbw = algbw x 2(n-1)/n (what each link
-// carries in a ring). Gloo (CPU tensors, this machine's loopback) or, in a build with CUDA,
+// carries in a ring); with --op reduce_scatter or allgather, those collectives as ZeRO-1 runs
+// them (busbw = algbw x (n-1)/n, bytes the whole buffer). Gloo (CPU tensors, this machine's loopback) or, in a build with CUDA,
 // NCCL (each rank's tensors on cuda:LOCAL_RANK; one GPU per rank). Starts its own ranks
 // (--nproc, default 2) as real processes on 127.0.0.1, or joins a job started by
 // //distributed:launch. Rank 0 prints the table; the last line is JSON.
-//   tools/bazel run //bench:allreduce_bench -- --nproc 2 [--backend nccl]
+//   tools/bazel run //bench:allreduce_bench -- --nproc 2 [--backend nccl] [--op reduce_scatter]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "bench/cuda_probe.h"
 #include "bench/device_sync.h"
+#include "bench/scaling_math.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/ops.h"
@@ -31,7 +33,7 @@ using kiln::bench::now_s;
 
 namespace {
 
-void run(int64_t max_bytes, const std::string& backend) {
+void run(int64_t max_bytes, const std::string& backend, bench::Collective op) {
   Device dev = kCPU;
 #ifdef KILN_HAVE_CUDA
   if (backend == "nccl") {
@@ -41,19 +43,35 @@ void run(int64_t max_bytes, const std::string& backend) {
   }
 #endif
   auto pg = dist::init_process_group({.backend = backend});
-  const int n = pg->size();
+  const int n = pg->size(), rank = pg->rank();
+  const char* name = bench::collective_name(op);
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
-  if (pg->rank() == 0) {
-    fmt::print("{} all-reduce (f32 sum), {} ranks{}\n", backend, n, dev.is_cuda() ? ", one GPU each" : " on 127.0.0.1");
+  if (rank == 0) {
+    fmt::print("{} {} (f32, sum where it reduces), {} ranks{}; bytes: the whole buffer (nccl-tests' size)\n", backend,
+               name, n, dev.is_cuda() ? ", one GPU each" : " on 127.0.0.1");
     fmt::print("{:>12} {:>10} {:>12} {:>12}\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
   }
-  for (int64_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
-    Tensor t = ones({bytes / 4}).to(dev);
+  for (int64_t size = 4; size <= max_bytes; size *= 4) {
+    // The buffer of f32 elements; for the other collectives a multiple of the ranks, so that it
+    // splits into chunks. As ZeRO runs them: reduce-scatter in place (this rank's chunk of the
+    // buffer is the output), all-gather from a chunk of its own into the buffer.
+    const bool whole = op == bench::Collective::kAllReduce;
+    const int64_t chunk = std::max<int64_t>(1, (size / 4 + n - 1) / n), elems = whole ? size / 4 : chunk * n,
+                  bytes = 4 * elems;
+    Tensor t = ones({elems}).to(dev), mine = ones({chunk}).to(dev);
+    auto issue = [&]() -> dist::WorkPtr {
+      switch (op) {
+        case bench::Collective::kReduceScatter: return pg->reduce_scatter_tensor(t.narrow(0, rank * chunk, chunk), t);
+        case bench::Collective::kAllGather: return pg->allgather_into_tensor(t, mine);
+        case bench::Collective::kAllReduce: break;
+      }
+      return pg->allreduce(t);
+    };
     // Enough iterations for ~0.3 s per size (agreed on by all ranks: rank 0's estimate).
-    pg->allreduce(t)->wait();
+    issue()->wait();
     bench::synchronize(dev);
     double t0 = now_s();
-    for (int i = 0; i < 3; ++i) pg->allreduce(t)->wait();
+    for (int i = 0; i < 3; ++i) issue()->wait();
     bench::synchronize(dev);
     Tensor iters = full({1}, std::clamp(0.3 / std::max((now_s() - t0) / 3, 1e-6), 5.0, 2000.0)).to(dev);
     pg->broadcast(iters, 0)->wait();
@@ -61,21 +79,24 @@ void run(int64_t max_bytes, const std::string& backend) {
     pg->barrier()->wait();
     bench::synchronize(dev);
     t0 = now_s();
-    for (int i = 0; i < k; ++i) pg->allreduce(t)->wait();
+    for (int i = 0; i < k; ++i) issue()->wait();
     bench::synchronize(dev);
     double per = (now_s() - t0) / k;
     double algbw = static_cast<double>(bytes) / per / 1e9;
-    double busbw = algbw * 2.0 * (n - 1) / n;
-    if (pg->rank() == 0) {
+    // What each link carries in a ring: 2(n-1)/n of the buffer for an all-reduce, (n-1)/n otherwise.
+    double busbw = algbw * (op == bench::Collective::kAllReduce ? 2.0 : 1.0) * (n - 1) / n;
+    if (rank == 0) {
       fmt::print("{:>12} {:>10.1f} {:>12.3f} {:>12.3f}\n", bytes, per * 1e6, algbw, busbw);
       results.push_back({{"bytes", bytes}, {"us", per * 1e6}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});
     }
   }
-  if (pg->rank() == 0)
-    fmt::print(
-        "{}\n",
-        nlohmann::ordered_json{{"benchmark", "allreduce"}, {"backend", backend}, {"ranks", n}, {"results", results}}
-            .dump());
+  if (rank == 0)
+    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "allreduce"},
+                                              {"op", name},
+                                              {"backend", backend},
+                                              {"ranks", n},
+                                              {"results", results}}
+                           .dump());
 }
 
 }  // namespace
@@ -88,16 +109,20 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
   app.add_option("--max-bytes", max_bytes, "largest message in bytes")->check(cli::range<int64_t>(4, int64_t{1} << 40));
   app.add_option("--backend", backend, "process group backend")->check(cli::one_of({"gloo", "nccl"}));
+  std::string op_name = "allreduce";
+  app.add_option("--op", op_name, "the collective: allreduce, or reduce_scatter / allgather as ZeRO runs them")
+      ->check(cli::one_of({"allreduce", "reduce_scatter", "allgather"}));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  const bench::Collective op = bench::parse_collective(op_name);
   if (backend == "nccl" && !dist::launched_with_world() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"allreduce\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
   if (dist::launched_with_world()) {  // under //distributed:launch
-    run(max_bytes, backend);
+    run(max_bytes, backend, op);
     return 0;
   }
-  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes, backend); }, {.timeout_s = 600});
+  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes, backend, op); }, {.timeout_s = 600});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "allreduce_bench: rank %zu failed\n", r);

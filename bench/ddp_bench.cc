@@ -5,9 +5,11 @@
 // (how long backward waited for communication after its graph walk ended) and the hidden
 // fraction 1 - exposed/communication. A third mode times the model alone on every rank at once,
 // with no communication (bench/step_profile.h: forward, backward with each bucket's ready time,
-// optimizer; the slowest rank's), the compute input of //bench:scaling_model. Modes alternate in
-// blocks so drifts hit all alike; the median block is reported. Rank 0 prints; the last line is
-// JSON.
+// optimizer; the slowest rank's), the compute input of //bench:scaling_model. A fourth times the
+// ZeRO-1 step (dist::ZeroRedundancyOptimizer over the same SGD: gradients reduce-scattered during
+// backward, the optimizer on this rank's shard, parameters all-gathered), on a copy of the model.
+// Modes alternate in blocks so drifts hit all alike; the median block is reported. Rank 0 prints;
+// the last line is JSON.
 //   tools/bazel run //bench:ddp_bench [-- --nproc 2 --steps 20 --blocks 5]
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,7 @@
 #include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/local_ranks.h"
+#include "distributed/zero.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
 #include "bench/step_profile.h"
@@ -48,8 +51,8 @@ void run(int steps, int blocks, bool bucket_view) {
     fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
                "of {} steps; gradient_as_bucket_view {}\n",
                pg->size(), blocks, steps, bucket_view ? "on" : "off");
-    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8} {:>9}\n", "model", "grad MB", "overlap ms",
-               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden", "alone ms");
+    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n", "model", "grad MB", "overlap ms",
+               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden", "alone ms", "zero ms");
   }
   for (std::string name : {"mlp", "cnn", "wide_mlp"}) {
     manual_seed(0);
@@ -60,17 +63,35 @@ void run(int steps, int blocks, bool bucket_view) {
     dist::DDPOptions after = overlap;
     after.overlap = false;
     dist::DistributedDataParallel overlapped(model, pg, overlap), one_shot(model, pg, after);
-    optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
+    const optim::SGDOptions sgd = optim::SGDOptions(0.01).set_momentum(0.9);
+    optim::SGD opt(model->parameters(), sgd);
+    manual_seed(0);  // ZeRO's copy of the model starts equal
+    auto zero_model = name == "wide_mlp" ? examples::make_wide_mlp(2048) : examples::make_model(name);
+    dist::DistributedDataParallel zero_ddp(zero_model, pg, overlap);
+    dist::ZeroRedundancyOptimizer zero(zero_ddp, dist::optimizer_factory<optim::SGD>(sgd));
     Tensor x = randn({128, 1, 28, 28});
     Tensor y = randint(0, 10, {128});
     double grad_mb = static_cast<double>(model->num_parameters()) * 4 / (1 << 20);
 
-    std::vector<double> step[2], comm[2], exposed[2];
+    std::vector<double> step[2], comm[2], exposed[2], zero_step;
     std::vector<bench::StepProfile> compute;  // per block: the model alone, no communication
     for (int b = 0; b < blocks; ++b)
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < 4; ++m) {
         if (m == 2) {
           compute.push_back(bench::profile_compute(name, pg, steps));
+          continue;
+        }
+        if (m == 3) {
+          auto zero_step_once = [&] {
+            zero.zero_grad();
+            nn::functional::cross_entropy(zero_ddp(x), y).backward();
+            zero.step();
+          };
+          zero_step_once();  // warm-up
+          pg->barrier()->wait();
+          const double t0 = now_s();
+          for (int s = 0; s < steps; ++s) zero_step_once();
+          zero_step.push_back((now_s() - t0) / steps * 1e3);
           continue;
         }
         dist::DistributedDataParallel& ddp = m == 0 ? overlapped : one_shot;
@@ -96,9 +117,9 @@ void run(int steps, int blocks, bool bucket_view) {
     const bench::StepProfile alone = bench::slowest_rank(bench::median_profile(compute), *pg);
     if (pg->rank() == 0) {
       double hidden = o.comm > 0 ? 1 - o.exposed / o.comm : 0;
-      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}% {:9.2f}\n", name, grad_mb, o.step,
-                 a.step, a.step / o.step, o.comm, o.exposed, 100 * hidden,
-                 (alone.forward_s + alone.backward_s + alone.optimizer_s) * 1e3);
+      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}% {:9.2f} {:9.2f}\n", name, grad_mb,
+                 o.step, a.step, a.step / o.step, o.comm, o.exposed, 100 * hidden,
+                 (alone.forward_s + alone.backward_s + alone.optimizer_s) * 1e3, median(zero_step));
       results.push_back({{"model", name},
                          {"grad_mb", grad_mb},
                          {"overlap_step_ms", o.step},
@@ -108,6 +129,7 @@ void run(int steps, int blocks, bool bucket_view) {
                          {"exposed_ms", o.exposed},
                          {"after_backward_comm_ms", a.comm},
                          {"hidden_fraction", hidden},
+                         {"zero_step_ms", median(zero_step)},
                          {"compute", bench::to_json(alone)}});
     }
   }

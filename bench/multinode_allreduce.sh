@@ -8,7 +8,8 @@
 # Prints, per rate: the measured busbw of the largest message (2 nodes x 1 rank), the link rate,
 # their ratio; then 2 nodes x 2 ranks flat ring vs hierarchical (algbw: the user-visible speed).
 # With --json, every run's allreduce_bench JSON line is appended to FILE, tagged with the rate
-# and layout (input for //bench:scaling_model --allreduce); with --ddp-json FILE, //bench:ddp_bench
+# and layout (input for //bench:scaling_model --allreduce), with 2 nodes x 1 rank's reduce-scatter
+# and all-gather (--op) beside the all-reduce; with --ddp-json FILE, //bench:ddp_bench
 # also runs on 2 nodes x 1 rank per rate (short: --ddp-blocks 3 of --ddp-steps 5), its line tagged
 # alike (for scaling_model --ddp).
 set -uo pipefail
@@ -93,6 +94,13 @@ for rate in $rates; do
     printf '%-8s %-22s %10s %11.4f %11.4f %9s\n' "$rate" "$3" "$bytes" "$algbw" "$busbw" "$frac"
   done
   echo "         link $rate = $link_gbs GB/s each way (hierarchical/flat algbw is 1.5 at best)"
+  if [ -n "$json" ]; then  # ZeRO-1's collectives too, for scaling_model's ZeRO prediction
+    for op in reduce_scatter allgather; do
+      out=$(run_bench 1 0 "$bench" --max-bytes "$max_bytes" --op "$op") || exit 1
+      record "$out" "$rate" 2x1
+      echo "         $op 2x1 over $rate: busbw $(largest "$out" busbw_gbs) GB/s"
+    done
+  fi
   if [ -n "$ddp_json" ]; then
     [ -x "$ddp_bench" ] || { echo "multinode_allreduce.sh: build //bench:ddp_bench for --ddp-json" >&2; exit 2; }
     out=$(run_bench 1 0 "$ddp_bench" --steps "$ddp_steps" --blocks "$ddp_blocks") || exit 1

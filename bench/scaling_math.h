@@ -6,10 +6,12 @@
 //   reduce-scatter  t =  (n-1)·α +  (n-1)/n · bytes / B      (and all-gather the same)
 // A DDP step: forward, then backward during which bucket i becomes ready at r_i and is
 // all-reduced on one communication thread in bucket order (start_i = max(r_i, end_{i-1})), then
-// the optimizer once the last bucket is done: step = fwd + max(bwd, end_last) + opt.
+// the optimizer once the last bucket is done: step = fwd + max(bwd, end_last) + opt. ZeRO-1
+// reduce-scatters the buckets instead, steps 1/n of the optimizer and all-gathers the parameters.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,10 +22,26 @@ struct AlphaBeta {
   double bus_bytes_per_s = 0;  // B
 };
 
-/// Least-squares fit of t = a + b·bytes over (bytes, seconds) points, read as a ring all-reduce
-/// over n ranks: α = a / (2(n-1)), B = 2(n-1) / (n·b). Points below `min_bytes` are ignored
-/// (their time is scheduling noise, not the link). Throws kiln::Error for n < 2 or < 2 points.
-AlphaBeta fit_allreduce(const std::vector<std::pair<double, double>>& bytes_seconds, int n, double min_bytes = 0);
+/// The ring collectives the model fits and predicts: an all-reduce makes 2(n-1) steps, a
+/// reduce-scatter or an all-gather n-1.
+enum class Collective { kAllReduce, kReduceScatter, kAllGather };
+/// "allreduce", "reduce_scatter", "allgather" (allreduce_bench's --op); parse_collective throws
+/// naming a bad one.
+const char* collective_name(Collective c);
+Collective parse_collective(const std::string& name);
+
+/// Least-squares fit of t = a + b·bytes over (bytes, seconds) points, read as the ring collective
+/// `c` over n ranks of s = 2(n-1) or n-1 steps: α = a / s, B = s / (n·b). Points below
+/// `min_bytes` are ignored (their time is scheduling noise, not the link). Throws kiln::Error for
+/// n < 2 or < 2 points.
+AlphaBeta fit_ring(Collective c, const std::vector<std::pair<double, double>>& bytes_seconds, int n,
+                   double min_bytes = 0);
+inline AlphaBeta fit_allreduce(const std::vector<std::pair<double, double>>& bytes_seconds, int n,
+                               double min_bytes = 0) {
+  return fit_ring(Collective::kAllReduce, bytes_seconds, n, min_bytes);
+}
+/// The α-β time of `c` over n ranks (0 for one rank).
+double collective_seconds(Collective c, const AlphaBeta& m, int n, double bytes);
 
 double allreduce_seconds(const AlphaBeta& m, int n, double bytes);
 double reduce_scatter_seconds(const AlphaBeta& m, int n, double bytes);
@@ -59,5 +77,15 @@ StepPrediction predict_step(const StepProfile& p, const AlphaBeta& link, int n, 
 /// The same with each bucket's all-reduce taking `allreduce(bytes)` seconds.
 StepPrediction predict_step_with(const StepProfile& p, const std::function<double(double)>& allreduce,
                                  double compute_scale = 1);
+
+/// A ZeRO-1 step (dist::ZeroRedundancyOptimizer) on n ranks: the buckets are reduce-scattered
+/// as DDP all-reduces them (in order on one communication thread, overlapped with backward),
+/// the optimizer steps this rank's 1/n of the parameters, then every bucket's parameters are
+/// all-gathered (after the step, not overlapped):
+///   step = fwd + max(bwd, end_last) + opt / n + Σ allgather(bucket bytes)
+/// comm_s counts both collectives. On one rank it is the DDP step.
+StepPrediction predict_zero_step_with(const StepProfile& p, const std::function<double(double)>& reduce_scatter,
+                                      const std::function<double(double)>& allgather, int n,
+                                      double compute_scale = 1);
 
 }  // namespace kiln::bench

@@ -1,14 +1,15 @@
-// Predicts data-parallel step time and scaling efficiency from an α-β model of all-reduce
-// (bench/scaling_math.h): fits α and B to //bench:allreduce_bench measurements, takes each model's
-// forward, backward (with the moment each DDP gradient bucket becomes ready) and optimizer times
-// by ddp_bench with as many ranks computing at once as its DDP runs had (bench/step_profile.h),
-// predicts the DDP step on n ranks with communication overlapped with backward, and checks the
-// prediction against //bench:ddp_bench measurements. Then projects 8-512 GPUs on stated
-// NVLink/InfiniBand figures for ResNet-50- and GPT-2-124M-sized gradients.
+// Predicts data-parallel step time and scaling efficiency from an α-β model of all-reduce,
+// reduce-scatter and all-gather (bench/scaling_math.h): fits α and B to //bench:allreduce_bench
+// measurements (each --op), takes each model's forward, backward (with the moment each DDP
+// gradient bucket becomes ready) and optimizer times by ddp_bench with as many ranks computing at
+// once as its DDP runs had (bench/step_profile.h), predicts the DDP and ZeRO-1 steps on n ranks
+// with communication overlapped with backward, and checks the predictions against
+// //bench:ddp_bench measurements. Then projects 8-512 GPUs on stated NVLink/InfiniBand figures
+// for ResNet-50- and GPT-2-124M-sized gradients.
 //   bazel-bin/bench/scaling_model --allreduce ar.jsonl --ddp ddp.jsonl [--cores 2]
 // The JSON-lines files hold the benchmarks' last lines (optionally with a "link" tag, as
 // bench/multinode_allreduce.sh writes); an all-reduce line validates the DDP lines with the
-// same ranks and link.
+// same ranks and link, reduce-scatter and all-gather lines the ZeRO-1 steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -53,23 +55,27 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
 
 std::string link_of(const nlohmann::json& j) { return j.value("link", std::string("loopback")); }
 
-/// α-β fits of every all-reduce line, keyed by (ranks, link); messages >= 64 KiB.
-std::map<std::pair<int, std::string>, AlphaBeta> fit_all(const std::vector<nlohmann::json>& lines) {
-  std::map<std::pair<int, std::string>, AlphaBeta> fits;
-  fmt::print("α-β fits of all-reduce (t = 2(n-1)α + 2(n-1)/n·bytes/B, sizes >= 64 KiB)\n");
-  fmt::print("{:>6} {:>10} {:>10} {:>12} {:>10}\n", "ranks", "link", "α us", "B GB/s", "max err");
+/// α-β fits of every flat collective line (allreduce_bench --op; all-reduce when a line has no
+/// "op"), keyed by (ranks, link, collective); messages >= 64 KiB.
+using Fits = std::map<std::tuple<int, std::string, bench::Collective>, AlphaBeta>;
+Fits fit_all(const std::vector<nlohmann::json>& lines) {
+  Fits fits;
+  fmt::print("α-β fits (ring: all-reduce t = 2(n-1)α + 2(n-1)/n·bytes/B; reduce-scatter and all-gather (n-1)α + "
+             "(n-1)/n·bytes/B; sizes >= 64 KiB)\n");
+  fmt::print("{:>6} {:>10} {:>15} {:>10} {:>12} {:>10}\n", "ranks", "link", "collective", "α us", "B GB/s", "max err");
   for (const auto& j : lines) {
     const int n = j.at("ranks");
     if (n < 2 || j.value("layout", std::string()).find("hierarchical") != std::string::npos) continue;
+    const bench::Collective op = bench::parse_collective(j.value("op", std::string("allreduce")));
     std::vector<std::pair<double, double>> pts;
     for (const auto& r : j.at("results")) pts.push_back({r.at("bytes").get<double>(), r.at("us").get<double>() * 1e-6});
-    AlphaBeta m = bench::fit_allreduce(pts, n, 65536);
+    AlphaBeta m = bench::fit_ring(op, pts, n, 65536);
     double worst = 0;
     for (auto [x, t] : pts)
-      if (x >= 65536) worst = std::max(worst, std::abs(bench::allreduce_seconds(m, n, x) - t) / t);
-    fits[{n, link_of(j)}] = m;
-    fmt::print("{:>6} {:>10} {:>10.1f} {:>12.4f} {:>9.0f}%\n", n, link_of(j), m.alpha_s * 1e6, m.bus_bytes_per_s / 1e9,
-               worst * 100);
+      if (x >= 65536) worst = std::max(worst, std::abs(bench::collective_seconds(op, m, n, x) - t) / t);
+    fits[{n, link_of(j), op}] = m;
+    fmt::print("{:>6} {:>10} {:>15} {:>10.1f} {:>12.4f} {:>9.0f}%\n", n, link_of(j), bench::collective_name(op),
+               m.alpha_s * 1e6, m.bus_bytes_per_s / 1e9, worst * 100);
   }
   return fits;
 }
@@ -119,8 +125,7 @@ std::map<std::string, bench::StepProfile> one_rank_profiles(const std::vector<nl
 /// (n > 1 only: on one rank it is the fit); and the same run's no-overlap step minus its
 /// communication (a check of the communication and overlap part of the model alone, not a
 /// prediction).
-void validate(const std::vector<nlohmann::json>& ddp_lines,
-              const std::map<std::pair<int, std::string>, AlphaBeta>& fits,
+void validate(const std::vector<nlohmann::json>& ddp_lines, const Fits& fits,
               const std::map<std::string, bench::StepProfile>& alone, int cores) {
   fmt::print("\nDDP step (overlapped), ms: measured by ddp_bench vs predicted from the 1-rank compute stretched by "
              "max(1, n/cores), from the compute at n ranks (\"vs 1\": over the 1-rank compute, in wall and in CPU "
@@ -142,7 +147,7 @@ void validate(const std::vector<nlohmann::json>& ddp_lines,
   int cases = 0, within[4] = {0, 0, 0, 0}, with_compute = 0, with_overhead = 0;
   for (const auto& j : ddp_lines) {
     const int n = j.at("ranks");
-    auto fit = fits.find({n, link_of(j)});
+    auto fit = fits.find({n, link_of(j), bench::Collective::kAllReduce});
     if (n > 1 && fit == fits.end()) {
       fmt::print("{:>5} {:>9}   no all-reduce fit for this layout: skipped\n", n, link_of(j));
       continue;
@@ -186,6 +191,63 @@ void validate(const std::vector<nlohmann::json>& ddp_lines,
              within[2], cases);
 }
 
+/// Per ddp_bench line with ZeRO-1 steps and compute: the ZeRO step predicted from the compute at n
+/// ranks with the reduce-scatter and all-gather fits of that layout, alone and plus ZeRO's
+/// per-step cost without communication fitted on the 1-rank line (the parameter copies out of
+/// the buckets), beside the measured ZeRO and DDP steps.
+void validate_zero(const std::vector<nlohmann::json>& ddp_lines, const Fits& fits) {
+  fmt::print("\nZeRO-1 step, ms: measured by ddp_bench vs predicted from the compute at n ranks (reduce-scatter "
+             "overlapped with backward, 1/n of the optimizer, all-gather after), alone and \"+ overhead\" (fitted on "
+             "the 1-rank line, for n > 1); the DDP step beside it\n");
+  fmt::print("{:>5} {:>9} {:>9} {:>9} | {:>10} {:>6} | {:>10} {:>6} | {:>8}\n", "ranks", "link", "model", "measured",
+             "at n ranks", "error", "+ overhead", "error", "DDP ms");
+  std::map<std::string, double> overhead;
+  for (const auto& j : ddp_lines)
+    if (j.at("ranks") == 1)
+      for (const auto& r : j.at("results"))
+        if (r.contains("compute") && r.contains("zero_step_ms"))
+          overhead[r.at("model")] =
+              r.at("zero_step_ms").get<double>() / 1e3 - total(bench::step_profile_from_json(r.at("compute")));
+  int cases = 0, within = 0, with_overhead = 0, within_overhead = 0;
+  for (const auto& j : ddp_lines) {
+    const int n = j.at("ranks");
+    auto rs = fits.find({n, link_of(j), bench::Collective::kReduceScatter});
+    auto ag = fits.find({n, link_of(j), bench::Collective::kAllGather});
+    if (n > 1 && (rs == fits.end() || ag == fits.end())) {
+      fmt::print("{:>5} {:>9}   no reduce-scatter and all-gather fits for this layout: skipped\n", n, link_of(j));
+      continue;
+    }
+    auto time_of = [&](Fits::const_iterator f, bench::Collective c) {
+      return [=](double bytes) { return n > 1 ? bench::collective_seconds(c, f->second, n, bytes) : 0.0; };
+    };
+    for (const auto& r : j.at("results")) {
+      if (!r.contains("zero_step_ms") || !r.contains("compute")) continue;
+      const std::string model = r.at("model");
+      const double measured = r.at("zero_step_ms").get<double>() / 1e3;
+      const double predicted =
+          bench::predict_zero_step_with(bench::step_profile_from_json(r.at("compute")),
+                                        time_of(rs, bench::Collective::kReduceScatter),
+                                        time_of(ag, bench::Collective::kAllGather), n)
+              .step_s;
+      auto col = [&](double p, int* hits) {
+        const double err = p / measured - 1;
+        *hits += std::abs(err) <= 0.15;
+        return fmt::format("{:>10.2f} {:>+5.0f}%", p * 1e3, err * 100);
+      };
+      std::string plus = fmt::format("{:>10} {:>6}", "-", "");
+      if (n > 1 && overhead.count(model)) {
+        plus = col(predicted + overhead.at(model), &within_overhead);
+        ++with_overhead;
+      }
+      ++cases;
+      fmt::print("{:>5} {:>9} {:>9} {:>9.2f} | {} | {} | {:>8.2f}\n", n, link_of(j), model, measured * 1e3,
+                 col(predicted, &within), plus, r.at("overlap_step_ms").get<double>());
+    }
+  }
+  fmt::print("within 15 %: {} of {} (compute at n ranks), {} of {} (+ overhead, n > 1)\n", within, cases,
+             within_overhead, with_overhead);
+}
+
 /// Stated, sourced hardware and workload figures (docs/scaling.md lists the sources).
 void project() {
   // DGX-A100-like nodes: 8 GPUs on NVLink (NCCL all-reduce busbw ~230 GB/s within a node),
@@ -201,8 +263,8 @@ void project() {
   fmt::print("\nProjection: weak scaling, fp32 gradients in 25 MB buckets ready evenly over backward (2/3 of the "
              "step), ring all-reduce;\nNVLink within 8-GPU nodes (α 5 us, B 230 GB/s), InfiniBand HDR between them "
              "(α 10 us, B 22.5 GB/s per GPU)\n");
-  fmt::print("{:>32} {:>6} {:>10} {:>10} {:>11} {:>14}\n", "gradients", "GPUs", "comm ms", "exposed ms", "efficiency",
-             "hierarchical");
+  fmt::print("{:>32} {:>6} {:>10} {:>10} {:>11} {:>14} {:>8}\n", "gradients", "GPUs", "comm ms", "exposed ms",
+             "efficiency", "hierarchical", "ZeRO-1");
   for (const Work& w : works)
     for (int n : {8, 16, 32, 64, 128, 256, 512}) {
       bench::StepProfile p;
@@ -212,14 +274,20 @@ void project() {
       const double bytes = w.params * 4, cap = 25e6;
       const int k = static_cast<int>(std::ceil(bytes / cap));
       for (int b = 0; b < k; ++b) p.buckets.push_back({p.backward_s * (b + 1) / k, std::min(cap, bytes - b * cap)});
-      auto pred = bench::predict_step(p, n <= 8 ? nvlink : infiniband, n);
+      const AlphaBeta& link = n <= 8 ? nvlink : infiniband;
+      auto pred = bench::predict_step(p, link, n);
+      auto zero = bench::predict_zero_step_with(
+          p, [&](double b) { return bench::reduce_scatter_seconds(link, n, b); },
+          [&](double b) { return bench::allgather_seconds(link, n, b); }, n);
       auto hier = bench::predict_step_with(
           p, [&](double b) { return bench::hierarchical_allreduce_seconds(nvlink, infiniband, 8, n, b); });
-      fmt::print("{:>32} {:>6} {:>10.1f} {:>10.1f} {:>10.1f}% {:>13.1f}%\n", w.name, n, pred.comm_s * 1e3,
-                 pred.exposed_s * 1e3, pred.efficiency * 100, hier.efficiency * 100);
+      fmt::print("{:>32} {:>6} {:>10.1f} {:>10.1f} {:>10.1f}% {:>13.1f}% {:>7.1f}%\n", w.name, n, pred.comm_s * 1e3,
+                 pred.exposed_s * 1e3, pred.efficiency * 100, hier.efficiency * 100, zero.efficiency * 100);
     }
   fmt::print("hierarchical: reduce-scatter over NVLink, each GPU's 1/8 all-reduced across nodes on its own NIC, "
              "all-gather over NVLink (NCCL-style; Kiln's Gloo hierarchy uses one leader per node).\n");
+  fmt::print("ZeRO-1: the buckets reduce-scattered during backward, 1/n of the optimizer, the parameters all-gathered "
+             "after it (flat ring, as the efficiency column).\n");
   fmt::print("Published: Horovod 90% at 512 GPUs (Inception V3, ResNet-101; Pascal, 25 GbE RoCE); PyTorch DDP "
              "near-linear at 256 GPUs (Li et al., VLDB 2020).\n");
 }
@@ -245,6 +313,7 @@ int main(int argc, char** argv) {
       auto fits = fit_all(read_lines(allreduce_path));
       const auto ddp = read_lines(ddp_path);
       validate(ddp, fits, one_rank_profiles(ddp, steps), cores);
+      validate_zero(ddp, fits);
     }
     project();
   } catch (const std::exception& e) {

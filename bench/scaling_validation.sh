@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Measures everything //bench:scaling_model validates against, in one go: ddp_bench on 1, 2, 3
-# ranks (its lines carry the compute alone, timed in blocks interleaved with the DDP ones),
-# allreduce_bench on 2 and 3, then per tbf rate the two-namespace all-reduce and ddp_bench runs
-# (bench/multinode_allreduce.sh, needs root); finally the model's report. The load average is
-# logged before each part.
+# ranks (its lines carry the compute alone, timed in blocks interleaved with the DDP and ZeRO-1
+# ones), allreduce_bench on 2 and 3 (all-reduce, reduce-scatter, all-gather), then per tbf rate
+# the two-namespace collectives and ddp_bench runs (bench/multinode_allreduce.sh, needs root);
+# finally the model's report. The load average is logged before each part.
 #   tools/bazel build //bench:scaling_model //bench:allreduce_bench //bench:ddp_bench //distributed:launch
 #   sudo bench/scaling_validation.sh OUTDIR [--rates "1gbit 200mbit"] [--steps 10] [--blocks 3]
 # OUTDIR gets ar.jsonl, ddp.jsonl, load.txt and model.txt (the report).
@@ -33,7 +33,9 @@ for n in 1 2 3; do
   "$bin/bench/ddp_bench" --nproc "$n" --steps "$steps" --blocks "$blocks" | grep '^{' >>"$out/ddp.jsonl" || exit 1
   if [ "$n" -ge 2 ]; then
     load "allreduce_bench $n ranks"
-    "$bin/bench/allreduce_bench" --nproc "$n" --max-bytes 16777216 | grep '^{' >>"$out/ar.jsonl" || exit 1
+    for op in allreduce reduce_scatter allgather; do
+      "$bin/bench/allreduce_bench" --nproc "$n" --max-bytes 16777216 --op "$op" | grep '^{' >>"$out/ar.jsonl" || exit 1
+    done
   fi
 done
 for rate in $rates; do

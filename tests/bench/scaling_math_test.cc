@@ -1,5 +1,6 @@
-// The α-β model (bench/scaling_math.h): the fit recovers α and B from exact ring timings, the
-// collective formulas, and the DDP step's overlap arithmetic on hand-worked cases.
+// The α-β model (bench/scaling_math.h): the fit recovers α and B from exact ring timings of each
+// collective, the collective formulas, and the DDP and ZeRO-1 steps' overlap arithmetic on
+// hand-worked cases.
 #include <doctest/doctest.h>
 
 #include "bench/scaling_math.h"
@@ -20,6 +21,23 @@ TEST_CASE("fit_allreduce recovers α and B from ring timings, ignoring sizes bel
   }
   CHECK_THROWS_WITH_AS(fit_allreduce({{1e6, 1.0}}, 2), doctest::Contains("need at least 2"), kiln::Error);
   CHECK_THROWS_WITH_AS(fit_allreduce({{1e6, 1.0}, {2e6, 1.0}}, 1), doctest::Contains("n >= 2"), kiln::Error);
+}
+
+TEST_CASE("fit_ring recovers α and B of reduce-scatter and all-gather (n-1 steps, not 2(n-1))") {
+  const AlphaBeta truth{30e-6, 2e9};
+  for (Collective c : {Collective::kReduceScatter, Collective::kAllGather}) {
+    CHECK(parse_collective(collective_name(c)) == c);
+    for (int n : {2, 4}) {
+      std::vector<std::pair<double, double>> pts;
+      for (double bytes = 4096; bytes <= 64e6; bytes *= 4) pts.push_back({bytes, collective_seconds(c, truth, n, bytes)});
+      AlphaBeta m = fit_ring(c, pts, n);
+      CHECK(m.alpha_s == doctest::Approx(truth.alpha_s).epsilon(1e-6));
+      CHECK(m.bus_bytes_per_s == doctest::Approx(truth.bus_bytes_per_s).epsilon(1e-9));
+      // Read as an all-reduce, the same timings mean half the latency per step and twice the bandwidth.
+      CHECK(fit_allreduce(pts, n).bus_bytes_per_s == doctest::Approx(2 * truth.bus_bytes_per_s).epsilon(1e-9));
+    }
+  }
+  CHECK_THROWS_WITH_AS(parse_collective("broadcast"), doctest::Contains("'broadcast' is none of"), kiln::Error);
 }
 
 TEST_CASE("ring formulas: all-reduce is reduce-scatter plus all-gather") {
@@ -56,6 +74,29 @@ TEST_CASE("predict_step: hidden, partly exposed and serialised bucket communicat
   // Ranks sharing cores stretch the compute and the ready times.
   StepPrediction shared = predict_step(p, link, 2, 2.0);
   CHECK(shared.step_s == doctest::Approx(0.064 + 0.001));
+}
+
+TEST_CASE("predict_zero_step_with: reduce-scatter overlapped, 1/n of the optimizer, all-gather after") {
+  StepProfile p{0.010, 0.020, 0.002, {{0.005, 1e6}, {0.020, 1e6}}};
+  const AlphaBeta link{0, 1e9};
+  auto rs = [&](double b) { return reduce_scatter_seconds(link, 2, b); };  // 0.5 ms per 1 MB bucket on 2 ranks
+  auto ag = [&](double b) { return allgather_seconds(link, 2, b); };
+  StepPrediction z = predict_zero_step_with(p, rs, ag, 2);
+  // Bucket 2's reduce-scatter ends 0.5 ms after backward; the optimizer steps half the
+  // parameters (1 ms); then 2 x 0.5 ms of all-gather.
+  CHECK(z.exposed_s == doctest::Approx(0.0005));
+  CHECK(z.comm_s == doctest::Approx(0.002));
+  CHECK(z.step_s == doctest::Approx(0.010 + 0.020 + 0.001 + 0.0005 + 0.001));
+  CHECK(z.efficiency == doctest::Approx(0.032 / 0.0325));
+  // Against DDP on the same link (all-reduce: 1 ms per bucket, 1 ms exposed): the saved optimizer
+  // time and the halved exposure do not pay for the all-gather here.
+  CHECK(predict_step(p, link, 2).step_s == doctest::Approx(0.033));
+  // One rank: no communication, the whole optimizer; the DDP step.
+  auto none = [](double) { return 0.0; };
+  CHECK(predict_zero_step_with(p, none, none, 1).step_s == doctest::Approx(predict_step(p, link, 1).step_s));
+  // Shared cores stretch the compute, the optimizer's share included.
+  CHECK(predict_zero_step_with(p, rs, ag, 2, 2.0).step_s == doctest::Approx(2 * 0.031 + 0.0005 + 0.001));
+  CHECK_THROWS_AS(predict_zero_step_with(p, rs, ag, 0), kiln::Error);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# //bench:scaling_model end to end: it recovers α and B from an all-reduce file made from known
-# values, predicts a DDP line against a measured one (with compute it times itself, and with the
-# compute a ddp_bench line gives: the formula's value), prints the 8-512 GPU projection, and
-# refuses bad input with a message naming it; ddp_bench's lines carry the compute the model needs.
+# //bench:scaling_model end to end: it recovers α and B from all-reduce, reduce-scatter and
+# all-gather lines made from known values, predicts DDP and ZeRO-1 lines against measured ones
+# (with compute it times itself, and with the compute a ddp_bench line gives: the formula's
+# value), prints the 8-512 GPU projection, and refuses bad input with a message naming it;
+# ddp_bench's lines carry the compute the model needs.
 # Arguments: the scaling_model and ddp_bench binaries.
 set -u
 model="$1"
@@ -24,6 +25,10 @@ with open(sys.argv[1], "w") as f:
             res.append({"bytes": b, "us": t * 1e6})
             b *= 4
         f.write(json.dumps({"benchmark": "allreduce", "backend": "gloo", "ranks": n, "link": "test", "results": res}) + "\n")
+        for op in ("reduce_scatter", "allgather"):  # ZeRO-1's collectives: n-1 ring steps
+            res = [{"bytes": r["bytes"], "us": ((n - 1) * 50e-6 + (n - 1) / n * r["bytes"] / 1e9) * 1e6} for r in res]
+            f.write(json.dumps({"benchmark": "allreduce", "op": op, "backend": "gloo", "ranks": n, "link": "test",
+                                "results": res}) + "\n")
     f.write(json.dumps({"benchmark": "ddp", "ranks": 2, "link": "test", "results": [
         {"model": "mlp", "overlap_step_ms": 10.0, "after_backward_step_ms": 12.0, "after_backward_comm_ms": 2.0}]}) + "\n")
 PY
@@ -34,7 +39,10 @@ rc=$?
 echo "$out"
 [ "$rc" -eq 0 ] || fail "exit $rc"
 for n in 2 4; do
-  echo "$out" | grep -qE "^ +$n +test +50\.0 +1\.0000 +0%$" || fail "the $n-rank fit is not α 50 us, B 1 GB/s, 0% error"
+  for op in allreduce reduce_scatter allgather; do
+    echo "$out" | grep -qE "^ +$n +test +$op +50\.0 +1\.0000 +0%$" ||
+      fail "the $n-rank $op fit is not α 50 us, B 1 GB/s, 0% error"
+  done
 done
 echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 ' || fail "no prediction for the 2-rank mlp line"
 echo "$out" | grep -qE '^ +cnn +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+% \| .*\(timed here\)$' || fail "no one-rank cnn profile timed here"
@@ -60,7 +68,7 @@ def line(ranks, fwd, bwd, opt, measured):
     c = {"forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": opt, "buckets": [{"ready_ms": bwd, "bytes": 1e6}]}
     if ranks == 1: c["cpu_ms"] = 3.0  # half the 6 ms of wall time: "50%" on cpu
     r = {"model": "mlp", "overlap_step_ms": measured, "after_backward_step_ms": 12.0, "after_backward_comm_ms": 2.0,
-         "compute": c}
+         "compute": c, "zero_step_ms": 6.5 if ranks == 1 else 12.0}
     return json.dumps({"benchmark": "ddp", "ranks": ranks, "link": "test", "results": [r]})
 with open(sys.argv[1], "w") as f:
     f.write(line(1, 1, 4, 1, 7.0) + "\n" + line(2, 2, 8, 2, 10.0) + "\n")
@@ -76,10 +84,24 @@ echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 \| +7\.10 +-29% \| +13\.10 +\+31
 echo "$out" | grep -q "within 15 %: 1 of 2 (1-rank profile stretched), 1 of 2 (compute at n ranks), 0 of 1 (+ overhead" ||
   fail "given compute: the within-15 % summary"
 
+# ZeRO-1 on the same compute: on 2 ranks each 1 MB reduce-scatter or all-gather takes 0.05 + 0.5
+# ms; the one bucket's reduce-scatter is all exposed, the optimizer steps half (1 ms), then the
+# all-gather: 2 + 8 + 1 + 0.55 + 0.55 = 12.10 ms, and 12.60 with ZeRO's overhead of the 1-rank
+# line (6.5 ms measured, 6 of compute).
+echo "$out" | grep -qE '^ +2 +test +mlp +12\.00 \| +12\.10 +\+1% \| +12\.60 +\+5% \| +10\.00$' ||
+  fail "given compute: the 2-rank ZeRO line is not 12.10 (at 2 ranks), 12.60 (+ overhead) beside DDP's 10.00"
+echo "$out" | grep -qE '^ +1 +test +mlp +6\.50 \| +6\.00 +-8% \| +- +\| +7\.00$' ||
+  fail "given compute: the 1-rank ZeRO line"
+echo "$out" | grep -q "within 15 %: 2 of 2 (compute at n ranks), 1 of 1 (+ overhead, n > 1)" ||
+  fail "given compute: the ZeRO within-15 % summary"
+
 rows=$(echo "$out" | grep -cE '(ResNet-50|GPT-2 124M).* (8|16|32|64|128|256|512) ')
 [ "$rows" -eq 14 ] || fail "projection has $rows rows, want 14"
-eff=$(echo "$out" | grep -E 'ResNet-50.* 512 ' | grep -oE '[0-9.]+%$' | tr -d %)
+eff=$(echo "$out" | grep -E 'ResNet-50.* 512 ' | grep -oE '[0-9.]+%' | head -1 | tr -d %)
 awk -v e="$eff" 'BEGIN { exit !(e > 50 && e <= 100) }' || fail "ResNet-50 at 512 GPUs: efficiency '$eff'"
+zero=$(echo "$out" | grep -E 'ResNet-50.* 512 ' | grep -oE '[0-9.]+%$' | tr -d %)
+awk -v e="$eff" -v z="$zero" 'BEGIN { exit !(z > 0 && z < e) }' ||
+  fail "ResNet-50 at 512 GPUs: ZeRO-1 efficiency '$zero' (its all-gather is not overlapped: below DDP's $eff)"
 
 err=$("$model" --allreduce "$dir/missing.jsonl" 2>&1)
 rc=$?
@@ -87,7 +109,7 @@ rc=$?
 echo '{"ranks": 2, "results": [{"bytes": 65536, "us": 5}]}' >"$dir/one_point.jsonl"
 err=$("$model" --allreduce "$dir/one_point.jsonl" 2>&1)
 rc=$?
-[ "$rc" -eq 1 ] && [[ "$err" == *"fit_allreduce: 1 points"* ]] || fail "one point: exit $rc, $err"
+[ "$rc" -eq 1 ] && [[ "$err" == *"fit allreduce: 1 points"* ]] || fail "one point: exit $rc, $err"
 err=$("$model" --cores 0 2>&1)
 rc=$?
 [ "$rc" -eq 2 ] && [[ "$err" == *"--cores"* ]] || fail "--cores 0: exit $rc, $err"
