@@ -1,7 +1,9 @@
 // A ring reduce-scatter built from Gloo's point-to-point primitives (Gloo's options API has no
 // reduce-scatter): N-1 steps, each sending one chunk to the next rank and reducing the chunk
 // received from the previous one, so each rank sends (N-1)/N of the buffer, half of what an
-// all-reduce moves. Used by ProcessGroupGloo when its ranks are not all on one host.
+// all-reduce moves. Each step's chunk travels in segments of about 256 KiB, the next received
+// while the last is folded in (one message per step ran at half a rate-limited link's speed).
+// Used by ProcessGroupGloo when its ranks are not all on one host.
 #pragma once
 
 #include <cstddef>

@@ -145,7 +145,8 @@ TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) o
       auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
       expect(gloo != nullptr && gloo->uses_shared_memory() == shm, "shared memory in use: {}, wanted {}",
              gloo && gloo->uses_shared_memory(), shm);
-      for (int64_t chunk : {int64_t{1}, int64_t{777}, int64_t{1} << 20}) {
+      // (1 << 20) + 5 floats: the ring moves them in 17 segments of 256 KiB, the last of 5 elements.
+      for (int64_t chunk : {int64_t{1}, int64_t{777}, (int64_t{1} << 20) + 5}) {
         // Chunk c of rank r's input holds rank_values(r + c); rank `rank` gets the sum over r of chunk `rank`.
         Tensor in = empty({world * chunk}, dtype(kFloat32));
         for (int c = 0; c < world; ++c) in.narrow(0, c * chunk, chunk).copy_(rank_values(rank + c, chunk, kFloat32));
