@@ -374,6 +374,12 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor> outputs, Tensor input) {
 }
 
 void ProcessGroupGloo::allgather_host(const Tensor& all, const Tensor& in, uint64_t seq) {
+  if (!shm_) {  // across hosts: Kiln's segmented ring (gloo_ring.h) keeps the link busy
+    const int64_t n = in.numel();
+    Tensor(all).narrow(0, rank_ * n, n).copy_(in.reshape({n}));
+    ring_allgather(*context_, all.data_ptr(), static_cast<size_t>(n) * in.element_size(), tag(seq), timeout_);
+    return;
+  }
   KILN_DISPATCH_ALL(in.dtype(), "allgather", [&]<class T>() {
     gloo::AllgatherOptions o(context_);
     o.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
