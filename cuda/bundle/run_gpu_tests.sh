@@ -139,6 +139,12 @@ if [ "$bench" = 1 ]; then
     run allreduce_nccl_2_ranks two_ranks 29517 env LD_LIBRARY_PATH="$kiln_ldp" "$here/bench/allreduce_bench" \
       --backend nccl
     run allreduce_pytorch_nccl_2_ranks two_ranks 29518 "$py" "$here/scripts/allreduce_pytorch.py"
+    # ZeRO-1's collectives over NCCL: the in-place reduce-scatter and the all-gather into a buffer.
+    port=29521
+    for op in reduce_scatter allgather; do
+      run "${op}_nccl_2_ranks" two_ranks $((port++)) env LD_LIBRARY_PATH="$kiln_ldp" \
+        "$here/bench/allreduce_bench" --backend nccl --op "$op"
+    done
     run amp_vs_pytorch "$py" "$here/scripts/amp_vs_pytorch.py" --amp-bench "$wrap/amp_bench" \
       --pytorch-script "$here/scripts/pytorch_amp.py" --device cuda --models mlp,cnn,wide_mlp,wide_cnn
     run graph_vs_pytorch "$py" "$here/scripts/graph_vs_pytorch.py" --graph-bench "$wrap/graph_bench" \
