@@ -118,6 +118,19 @@ std::map<std::string, bench::StepProfile> one_rank_profiles(const std::vector<nl
   return out;
 }
 
+/// Per model, a step's cost beyond its compute on one rank, where there is no communication: the
+/// 1-rank ddp_bench line's `step_key` (ms) minus the compute it carries.
+std::map<std::string, double> one_rank_overhead(const std::vector<nlohmann::json>& ddp_lines, const char* step_key) {
+  std::map<std::string, double> out;
+  for (const auto& j : ddp_lines)
+    if (j.at("ranks") == 1)
+      for (const auto& r : j.at("results"))
+        if (r.contains("compute") && r.contains(step_key))
+          out[r.at("model")] =
+              r.at(step_key).get<double>() / 1e3 - total(bench::step_profile_from_json(r.at("compute")));
+  return out;
+}
+
 /// Per DDP line and model, the step predicted with three compute inputs: the one-rank profile
 /// stretched by max(1, n / cores) (ranks assumed to get whole cores, as GPUs would); the compute
 /// ddp_bench timed on every rank at once, interleaved with its DDP blocks (the ranks' real
@@ -136,14 +149,8 @@ void validate(const std::vector<nlohmann::json>& ddp_lines, const Fits& fits,
              "ranks", "link", "model", "measured", "1-rank x stretch", "error", "at n ranks", "error", "+ overhead",
              "error", "vs 1", "cpu", "on cpu", "run's cpu", "error");
   // DDP's cost per step beyond compute and communication (hooks, the hand-off to the
-  // communication thread and the wait for it): on one rank there is no communication.
-  std::map<std::string, double> overhead;
-  for (const auto& j : ddp_lines)
-    if (j.at("ranks") == 1)
-      for (const auto& r : j.at("results"))
-        if (r.contains("compute"))
-          overhead[r.at("model")] =
-              r.at("overlap_step_ms").get<double>() / 1e3 - total(bench::step_profile_from_json(r.at("compute")));
+  // communication thread and the wait for it).
+  const std::map<std::string, double> overhead = one_rank_overhead(ddp_lines, "overlap_step_ms");
   int cases = 0, within[4] = {0, 0, 0, 0}, with_compute = 0, with_overhead = 0;
   for (const auto& j : ddp_lines) {
     const int n = j.at("ranks");
@@ -201,13 +208,7 @@ void validate_zero(const std::vector<nlohmann::json>& ddp_lines, const Fits& fit
              "the 1-rank line, for n > 1); the DDP step beside it\n");
   fmt::print("{:>5} {:>9} {:>9} {:>9} | {:>10} {:>6} | {:>10} {:>6} | {:>8}\n", "ranks", "link", "model", "measured",
              "at n ranks", "error", "+ overhead", "error", "DDP ms");
-  std::map<std::string, double> overhead;
-  for (const auto& j : ddp_lines)
-    if (j.at("ranks") == 1)
-      for (const auto& r : j.at("results"))
-        if (r.contains("compute") && r.contains("zero_step_ms"))
-          overhead[r.at("model")] =
-              r.at("zero_step_ms").get<double>() / 1e3 - total(bench::step_profile_from_json(r.at("compute")));
+  const std::map<std::string, double> overhead = one_rank_overhead(ddp_lines, "zero_step_ms");
   int cases = 0, within = 0, with_overhead = 0, within_overhead = 0;
   for (const auto& j : ddp_lines) {
     const int n = j.at("ranks");
