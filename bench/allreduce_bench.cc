@@ -1,10 +1,10 @@
 // All-reduce bandwidth of a Kiln process group over sizes from 4 B to 64 MiB (f32 sum), with
 // the nccl-tests definitions: algbw = bytes / time, busbw = algbw x 2(n-1)/n (what each link
 // carries in a ring); with --op reduce_scatter or allgather, those collectives as ZeRO-1 runs
-// them (busbw = algbw x (n-1)/n, bytes the whole buffer). Gloo (CPU tensors, this machine's loopback) or, in a build with CUDA,
-// NCCL (each rank's tensors on cuda:LOCAL_RANK; one GPU per rank). Starts its own ranks
-// (--nproc, default 2) as real processes on 127.0.0.1, or joins a job started by
-// //distributed:launch. Rank 0 prints the table; the last line is JSON.
+// them (busbw = algbw x (n-1)/n, bytes the whole buffer). Gloo (CPU tensors, this machine's
+// loopback) or, in a build with CUDA, NCCL (each rank's tensors on cuda:LOCAL_RANK; one GPU per
+// rank). Starts its own ranks (--nproc, default 2) as real processes on 127.0.0.1, or joins a
+// job started by //distributed:launch. Rank 0 prints the table; the last line is JSON.
 //   tools/bazel run //bench:allreduce_bench -- --nproc 2 [--backend nccl] [--op reduce_scatter]
 #include <algorithm>
 #include <chrono>
@@ -83,8 +83,7 @@ void run(int64_t max_bytes, const std::string& backend, bench::Collective op) {
     bench::synchronize(dev);
     double per = (now_s() - t0) / k;
     double algbw = static_cast<double>(bytes) / per / 1e9;
-    // What each link carries in a ring: 2(n-1)/n of the buffer for an all-reduce, (n-1)/n otherwise.
-    double busbw = algbw * (op == bench::Collective::kAllReduce ? 2.0 : 1.0) * (n - 1) / n;
+    double busbw = algbw * bench::ring_steps(op, n) / n;  // what each link carries in a ring
     if (rank == 0) {
       fmt::print("{:>12} {:>10.1f} {:>12.3f} {:>12.3f}\n", bytes, per * 1e6, algbw, busbw);
       results.push_back({{"bytes", bytes}, {"us", per * 1e6}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});

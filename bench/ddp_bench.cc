@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,18 @@ void run(int steps, int blocks, bool bucket_view) {
 
     std::vector<double> step[2], comm[2], exposed[2], zero_step;
     std::vector<bench::StepProfile> compute;  // per block: the model alone, no communication
+    // One timed block of a mode: a warm-up step (and the other modes' caches out of the way), the
+    // ranks lined up, then `steps` steps, `after` reading each one's stats. Milliseconds per step.
+    auto time_block = [&](const std::function<void()>& one_step, const std::function<void()>& after) {
+      one_step();
+      pg->barrier()->wait();
+      const double t0 = now_s();
+      for (int s = 0; s < steps; ++s) {
+        one_step();
+        if (after) after();
+      }
+      return (now_s() - t0) / steps * 1e3;
+    };
     for (int b = 0; b < blocks; ++b)
       for (int m = 0; m < 4; ++m) {
         if (m == 2) {
@@ -82,33 +95,25 @@ void run(int steps, int blocks, bool bucket_view) {
           continue;
         }
         if (m == 3) {
-          auto zero_step_once = [&] {
+          zero_step.push_back(time_block([&] {
             zero.zero_grad();
             nn::functional::cross_entropy(zero_ddp(x), y).backward();
             zero.step();
-          };
-          zero_step_once();  // warm-up
-          pg->barrier()->wait();
-          const double t0 = now_s();
-          for (int s = 0; s < steps; ++s) zero_step_once();
-          zero_step.push_back((now_s() - t0) / steps * 1e3);
+          }, nullptr));
           continue;
         }
         dist::DistributedDataParallel& ddp = m == 0 ? overlapped : one_shot;
-        auto train_step = [&] {
-          opt.zero_grad();
-          nn::functional::cross_entropy(ddp(x), y).backward();
-          opt.step();
-        };
-        train_step();  // warm-up (and the other mode's caches out of the way)
-        pg->barrier()->wait();
-        double c = 0, e = 0, t0 = now_s();
-        for (int s = 0; s < steps; ++s) {
-          train_step();
-          c += ddp.stats().comm_seconds;
-          e += ddp.stats().exposed_seconds;
-        }
-        step[m].push_back((now_s() - t0) / steps * 1e3);
+        double c = 0, e = 0;
+        step[m].push_back(time_block(
+            [&] {
+              opt.zero_grad();
+              nn::functional::cross_entropy(ddp(x), y).backward();
+              opt.step();
+            },
+            [&] {
+              c += ddp.stats().comm_seconds;
+              e += ddp.stats().exposed_seconds;
+            }));
         comm[m].push_back(c / steps * 1e3);
         exposed[m].push_back(e / steps * 1e3);
       }

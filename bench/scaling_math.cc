@@ -6,10 +6,7 @@
 
 namespace kiln::bench {
 
-namespace {
-/// Ring steps of c over n ranks.
 double ring_steps(Collective c, int n) { return (c == Collective::kAllReduce ? 2.0 : 1.0) * (n - 1); }
-}  // namespace
 
 const char* collective_name(Collective c) {
   switch (c) {

@@ -40,6 +40,9 @@ inline AlphaBeta fit_allreduce(const std::vector<std::pair<double, double>>& byt
                                double min_bytes = 0) {
   return fit_ring(Collective::kAllReduce, bytes_seconds, n, min_bytes);
 }
+/// The ring steps of `c` over n ranks: 2(n-1) for an all-reduce, n-1 otherwise; each rank sends
+/// ring_steps / n of the buffer over its link (nccl-tests' busbw = algbw x that).
+double ring_steps(Collective c, int n);
 /// The α-β time of `c` over n ranks (0 for one rank).
 double collective_seconds(Collective c, const AlphaBeta& m, int n, double bytes);
 

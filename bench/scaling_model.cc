@@ -118,6 +118,14 @@ std::map<std::string, bench::StepProfile> one_rank_profiles(const std::vector<nl
   return out;
 }
 
+/// A prediction's cell: the predicted ms (right-aligned in `width`) and its error against the
+/// measured step; counts it in `hits` when within 15 %.
+std::string error_cell(double predicted, double measured, int width, int& hits) {
+  const double err = predicted / measured - 1;
+  hits += std::abs(err) <= 0.15;
+  return fmt::format("{:>{}.2f} {:>+5.0f}%", predicted * 1e3, width, err * 100);
+}
+
 /// Per model, a step's cost beyond its compute on one rank, where there is no communication: the
 /// 1-rank ddp_bench line's `step_key` (ms) minus the compute it carries.
 std::map<std::string, double> one_rank_overhead(const std::vector<nlohmann::json>& ddp_lines, const char* step_key) {
@@ -168,9 +176,7 @@ void validate(const std::vector<nlohmann::json>& ddp_lines, const Fits& fits,
       const double cpu =
           (r.at("after_backward_step_ms").get<double>() - r.at("after_backward_comm_ms").get<double>()) / 1e3;
       auto col = [&](int k, double predicted, int width) {
-        const double err = predicted / measured - 1;
-        within[k] += std::abs(err) <= 0.15;
-        return fmt::format("{:>{}.2f} {:>+5.0f}%", predicted * 1e3, width, err * 100);
+        return error_cell(predicted, measured, width, within[k]);
       };
       std::string at_n = fmt::format("{:>10} {:>6} | {:>10} {:>6} | {:>6} {:>6} {:>6}", "-", "", "-", "", "", "", "");
       if (r.contains("compute")) {
@@ -230,19 +236,14 @@ void validate_zero(const std::vector<nlohmann::json>& ddp_lines, const Fits& fit
                                         time_of(rs, bench::Collective::kReduceScatter),
                                         time_of(ag, bench::Collective::kAllGather), n)
               .step_s;
-      auto col = [&](double p, int* hits) {
-        const double err = p / measured - 1;
-        *hits += std::abs(err) <= 0.15;
-        return fmt::format("{:>10.2f} {:>+5.0f}%", p * 1e3, err * 100);
-      };
       std::string plus = fmt::format("{:>10} {:>6}", "-", "");
       if (n > 1 && overhead.count(model)) {
-        plus = col(predicted + overhead.at(model), &within_overhead);
+        plus = error_cell(predicted + overhead.at(model), measured, 10, within_overhead);
         ++with_overhead;
       }
       ++cases;
       fmt::print("{:>5} {:>9} {:>9} {:>9.2f} | {} | {} | {:>8.2f}\n", n, link_of(j), model, measured * 1e3,
-                 col(predicted, &within), plus, r.at("overlap_step_ms").get<double>());
+                 error_cell(predicted, measured, 10, within), plus, r.at("overlap_step_ms").get<double>());
     }
   }
   fmt::print("within 15 %: {} of {} (compute at n ranks), {} of {} (+ overhead, n > 1)\n", within, cases,
