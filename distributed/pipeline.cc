@@ -1,12 +1,16 @@
 // Pipeline parallel: stage construction, the first-step shape negotiation, and the schedule
 // runner. Receives are posted at the start of a step in the order the schedule waits for them
 // (the Gloo backend completes posted receives in posting order), so every transfer can land
-// while the stage computes.
+// while the stage computes. With virtual stages (interleaved), rank r's chunk c is virtual stage
+// c*p + r: activations go to the next rank (from the last rank, to rank 0's next chunk) and
+// gradients to the previous one, and each message's tag names its micro-batch and the chunk it
+// is for.
 #include "distributed/pipeline.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,8 +28,12 @@ namespace {
 constexpr int kMaxDims = 8;
 // The header every step starts with: status, negotiate (0: shapes as before), dtype, ndim, dims.
 constexpr int kHeaderLen = 4 + kMaxDims;
-constexpr int kGradTag = 1 << 16;         // + micro-batch; activations use the micro-batch index
-constexpr int kHeaderTag = 1 << 20;
+constexpr int kGradTag = 1 << 16;         // + the activation's tag
+constexpr int kHeaderTag = 1 << 20;       // + the chunk the first-step shapes are for
+constexpr int kMaxTransfers = 1 << 16;    // micro-batches x chunks: activation tags stay below kGradTag
+
+// The tag of micro-batch `micro`'s activation into chunk `chunk` of `chunks`.
+int activation_tag(int micro, int chunk, int chunks) { return micro * chunks + chunk; }
 constexpr int kMessageLen = 768;          // characters of a first-step error shared with all stages
 
 using Clock = std::chrono::steady_clock;
@@ -56,7 +64,7 @@ std::string decode_message(const Tensor& t) {
 }  // namespace
 
 struct Pipeline::Micro {
-  Tensor input;   // stage 0: the slice of the batch; later stages: the received activation (a leaf)
+  Tensor input;   // virtual stage 0: the slice of the batch; later ones: the received activation (a leaf)
   Tensor output;  // what backward starts from: the stage's output, or the scaled loss on the last
   Tensor grad;    // the received gradient of `output`
   WorkPtr act_recv, grad_recv;
@@ -87,29 +95,56 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<Proces
     : pg_(std::move(pg)), options_(std::move(options)) {
   KILN_CHECK(model != nullptr, "Pipeline: the model is null");
   KILN_CHECK(pg_ != nullptr, "Pipeline: the process group is null");
-  const int n = static_cast<int>(model->size()), p = pg_->size(), s = pg_->rank();
+  const int n = static_cast<int>(model->size()), p = pg_->size(), s = pg_->rank(), v = options_.virtual_stages;
   KILN_CHECK(options_.micro_batches >= 1, "Pipeline: micro_batches must be at least 1, got {}",
              options_.micro_batches);
-  KILN_CHECK(p <= n, "Pipeline: {} stages but the model has only {} layers (each stage needs at least one layer)", p,
-             n);
+  try {
+    check_schedule(options_.schedule, p, options_.micro_batches, v);
+  } catch (const Error& e) {
+    fail("Pipeline: {}", e.what());
+  }
+  KILN_CHECK(static_cast<int64_t>(options_.micro_batches) * v <= kMaxTransfers,
+             "Pipeline: {} micro-batches x {} virtual stages per rank is more than {} transfers per step",
+             options_.micro_batches, v, kMaxTransfers);
+  const int vn = p * v;  // virtual stages
+  if (v == 1) {
+    KILN_CHECK(p <= n, "Pipeline: {} stages but the model has only {} layers (each stage needs at least one layer)",
+               p, n);
+  } else {
+    KILN_CHECK(vn <= n,
+               "Pipeline: {} virtual stages ({} stages x {} per rank) but the model has only {} layers (each needs at "
+               "least one layer)",
+               vn, p, v, n);
+  }
   if (options_.boundaries.empty()) {
     std::vector<int64_t> counts;
     for (size_t i = 0; i < model->size(); ++i) counts.push_back((*model)[i]->num_parameters());
-    boundaries_ = balanced_boundaries(counts, p);
+    boundaries_ = balanced_boundaries(counts, vn);
   } else {
     boundaries_ = options_.boundaries;
-    bool ok = static_cast<int>(boundaries_.size()) == p + 1 && boundaries_.front() == 0 && boundaries_.back() == n;
-    for (int k = 0; ok && k < p; ++k) ok = boundaries_[k] < boundaries_[k + 1];
+    bool ok = static_cast<int>(boundaries_.size()) == vn + 1 && boundaries_.front() == 0 && boundaries_.back() == n;
+    for (int k = 0; ok && k < vn; ++k) ok = boundaries_[k] < boundaries_[k + 1];
     KILN_CHECK(ok,
-               "Pipeline: boundaries {} do not split {} layers into {} stages (need {} strictly increasing indices "
+               "Pipeline: boundaries {} do not split {} layers into {} {}stages (need {} strictly increasing indices "
                "from 0 to {})",
-               boundaries_, n, p, p + 1, n);
+               boundaries_, n, vn, v == 1 ? "" : "virtual ", vn + 1, n);
   }
+  // The rank's layers, chunk after chunk, and the same modules again by chunk.
   stage_ = std::make_shared<nn::Sequential>();
-  for (int i = boundaries_[s]; i < boundaries_[s + 1]; ++i) stage_->push_back((*model)[i]);
+  for (int c = 0; c < v; ++c) {
+    auto chunk = std::make_shared<nn::Sequential>();
+    for (int i = boundaries_[c * p + s]; i < boundaries_[c * p + s + 1]; ++i) {
+      chunk->push_back((*model)[i]);
+      stage_->push_back((*model)[i]);
+      layers_.push_back(i);
+    }
+    chunks_.push_back(std::move(chunk));
+  }
   stage_->to(options_.device);
+  io_.assign(v, ChunkIO{});
   if (options_.data_parallel_group && options_.data_parallel_group->size() > 1)
-    ddp_ = std::make_unique<DistributedDataParallel>(stage_, options_.data_parallel_group, options_.ddp);
+    for (const auto& chunk : chunks_)
+      ddps_.push_back(std::make_unique<DistributedDataParallel>(chunk, options_.data_parallel_group, options_.ddp));
   const int m = options_.micro_batches;
   if (m < p && s == 0)
     fmt::print(stderr,
@@ -121,88 +156,114 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<Proces
 std::string Pipeline::global_name(const std::string& local) const {
   size_t dot = local.find('.');
   int i = std::stoi(local.substr(0, dot));
-  return std::to_string(boundaries_[stage()] + i) + (dot == std::string::npos ? "" : local.substr(dot));
+  KILN_CHECK(i >= 0 && i < static_cast<int>(layers_.size()), "Pipeline::global_name: stage {} has no layer {} ('{}')",
+             stage(), i, local);
+  return std::to_string(layers_[i]) + (dot == std::string::npos ? "" : local.substr(dot));
 }
 
 std::string Pipeline::local_name(const std::string& global) const {
   size_t dot = global.find('.');
   int i = std::stoi(global.substr(0, dot));
-  if (i < boundaries_[stage()] || i >= boundaries_[stage() + 1]) return "";
-  return std::to_string(i - boundaries_[stage()]) + (dot == std::string::npos ? "" : global.substr(dot));
+  auto it = std::find(layers_.begin(), layers_.end(), i);
+  if (it == layers_.end()) return "";
+  return std::to_string(it - layers_.begin()) + (dot == std::string::npos ? "" : global.substr(dot));
+}
+
+std::string Pipeline::describe(int chunk) const {
+  const int k = virtual_stage(chunk);
+  if (num_chunks() == 1)
+    return fmt::format("stage {} (rank {}, layers [{}, {}))", k, get_rank(), boundaries_[k], boundaries_[k + 1]);
+  return fmt::format("stage {} (rank {}, chunk {}, layers [{}, {}))", k, get_rank(), chunk, boundaries_[k],
+                     boundaries_[k + 1]);
 }
 
 void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                          const PipelineLoss& loss, std::string err, const Tensor& header) {
-  const int s = stage(), p = num_stages();
-  const std::string who =
-      fmt::format("stage {} (rank {}, layers [{}, {}))", s, get_rank(), boundaries_[s], boundaries_[s + 1]);
+  const int s = stage(), p = num_stages(), v = num_chunks(), last = num_virtual() - 1;
   const Device comm = comm_device();
-  bool upstream_failed = false;
-  Tensor x;
-  if (s == 0) {
-    if (err.empty()) x = inputs[0];
-  } else {
-    const int64_t* v = header.data_ptr<int64_t>();
-    upstream_failed = v[0] != 0;
-    if (!upstream_failed) {
-      in_dtype_ = static_cast<DType>(v[2]);
-      in_shape_ = Shape(v + 4, v + 4 + v[3]);
-      x = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
-    }
-  }
-  Tensor out;
-  if (err.empty() && !upstream_failed) {
-    try {
-      NoGradGuard no_grad;
-      EvalGuard eval(*stage_);
-      out = stage_->forward(x);
-      if (is_last()) {
-        Tensor l = loss(out, targets[0]);
-        KILN_CHECK(l.numel() == 1, "the loss gave {} values, not one (it must reduce over the micro-batch)",
-                   l.shape_str());
-      } else {
-        KILN_CHECK(out.is_floating_point(), "its output is {}, but activations sent between stages must be floating "
-                   "to carry gradients", out.dtype());
-        KILN_CHECK(out.dim() <= kMaxDims, "its output has {} dimensions (at most {})", out.dim(), kMaxDims);
+  // The chunks in virtual-stage order, so the shapes travel around the ranks v times. Once this
+  // rank or one before it has failed, its later chunks only pass the failure on.
+  bool failed = !err.empty();
+  for (int c = 0; c < v; ++c) {
+    const int k = virtual_stage(c);
+    bool upstream_failed = false;
+    Tensor x;
+    if (k == 0) {
+      if (!failed) x = inputs[0];
+    } else {
+      Tensor h = header;  // chunk 0 of a later stage: the step's header carries its shapes
+      if (c > 0) {
+        h = zeros({kHeaderLen}, TensorOptions(kInt64).device(comm));
+        try {
+          pg_->recv(h, prev_rank(), kHeaderTag + c)->wait();
+        } catch (const std::exception& e) {
+          fail("Pipeline: {} lost stage {}: receiving its first-step shapes failed: {}", describe(c), k - 1, e.what());
+        }
+        h = h.to(kCPU);
       }
-    } catch (const std::exception& e) {
-      err = fmt::format("Pipeline: {} cannot run on {} {} {}: {}", who,
-                        s == 0 ? "its first micro-batch" : fmt::format("stage {}'s output", s - 1), x.shape_str(),
-                        x.dtype(), e.what());
+      const int64_t* hv = h.data_ptr<int64_t>();
+      upstream_failed = hv[0] != 0;
+      if (!upstream_failed) {
+        io_[c].in_dtype = static_cast<DType>(hv[2]);
+        io_[c].in_shape = Shape(hv + 4, hv + 4 + hv[3]);
+        x = zeros(io_[c].in_shape, dtype(io_[c].in_dtype).device(options_.device));
+      }
     }
-  }
-  if (s < p - 1) {
-    Tensor h = zeros({kHeaderLen}, kInt64);
-    int64_t* v = h.data_ptr<int64_t>();
-    v[0] = (err.empty() && !upstream_failed) ? 0 : 1;
-    v[1] = 1;
-    if (v[0] == 0) {
-      v[2] = static_cast<int64_t>(out.dtype());
-      v[3] = out.dim();
-      for (int64_t d = 0; d < out.dim(); ++d) v[4 + d] = out.size(d);
+    Tensor out;
+    if (!failed && !upstream_failed) {
+      try {
+        NoGradGuard no_grad;
+        EvalGuard eval(*chunks_[c]);
+        out = chunks_[c]->forward(x);
+        if (k == last) {
+          Tensor l = loss(out, targets[0]);
+          KILN_CHECK(l.numel() == 1, "the loss gave {} values, not one (it must reduce over the micro-batch)",
+                     l.shape_str());
+        } else {
+          KILN_CHECK(out.is_floating_point(), "its output is {}, but activations sent between stages must be floating "
+                     "to carry gradients", out.dtype());
+          KILN_CHECK(out.dim() <= kMaxDims, "its output has {} dimensions (at most {})", out.dim(), kMaxDims);
+          io_[c].out_shape = out.sizes();
+          io_[c].out_dtype = out.dtype();
+        }
+      } catch (const std::exception& e) {
+        err = fmt::format("Pipeline: {} cannot run on {} {} {}: {}", describe(c),
+                          k == 0 ? "its first micro-batch" : fmt::format("stage {}'s output", k - 1), x.shape_str(),
+                          x.dtype(), e.what());
+      }
     }
-    pg_->send(h.to(comm), s + 1, kHeaderTag)->wait();
+    failed = failed || upstream_failed || !err.empty();
+    if (k < last) {
+      Tensor h = zeros({kHeaderLen}, kInt64);
+      int64_t* hv = h.data_ptr<int64_t>();
+      hv[0] = failed ? 1 : 0;
+      hv[1] = 1;
+      if (!failed) {
+        hv[2] = static_cast<int64_t>(out.dtype());
+        hv[3] = out.dim();
+        for (int64_t d = 0; d < out.dim(); ++d) hv[4 + d] = out.size(d);
+      }
+      // Into the next virtual stage: chunk 0 of the next rank takes it as its step header.
+      pg_->send(h.to(comm), next_rank(), kHeaderTag + (k + 1) / p)->wait();
+    }
   }
   // Every stage learns every failure, so all of them throw rather than wait on a stopped peer.
   std::vector<Tensor> all;
   for (int r = 0; r < p; ++r) all.push_back(zeros({kMessageLen}, TensorOptions(kInt32).device(comm)));
   pg_->allgather(all, encode_message(err).to(comm))->wait();
   if (!err.empty()) throw Error(err);
+  const std::string who = v == 1 ? describe(0) : fmt::format("stage {} (rank {})", s, get_rank());
   for (int r = 0; r < p; ++r) {
     std::string msg = decode_message(all[r].to(kCPU));
     if (!msg.empty()) fail("Pipeline: {} stops because stage {} failed the first-step check: {}", who, r, msg);
   }
-  if (s < p - 1) {
-    out_shape_ = out.sizes();
-    out_dtype_ = out.dtype();
-  }
-  if (s == 0) first_input_shape_ = x.sizes();
+  if (s == 0) first_input_shape_ = inputs[0].sizes();
   negotiated_ = true;
 }
 
 double Pipeline::train_step(const Tensor& input, const Tensor& target, const PipelineLoss& loss) {
   const auto t0 = Clock::now();
-  const int m = options_.micro_batches, s = stage(), p = num_stages();
+  const int m = options_.micro_batches, s = stage(), p = num_stages(), v = num_chunks(), last = num_virtual() - 1;
   std::vector<Tensor> inputs, targets;
   std::string err;
   auto split = [&](const Tensor& t, const char* what, std::vector<Tensor>& out) {
@@ -246,18 +307,22 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
     throw Error(err);  // the last stage's targets: the others fail as it leaves, naming it
   }
 
-  const std::vector<PipelineAction> actions = schedule_actions(options_.schedule, s, p, m);
-  std::vector<Micro> mbs(m);
+  const std::vector<PipelineAction> actions = schedule_actions(options_.schedule, s, p, m, v);
+  std::vector<std::vector<Micro>> mbs(v, std::vector<Micro>(m));
+  std::vector<const PipelineAction*> last_backward(v, nullptr);  // hybrid: where each chunk's replicas average
   for (const PipelineAction& a : actions) {
-    Micro& mb = mbs[a.micro];
-    if (a.forward && s > 0) {
-      mb.input = empty(in_shape_, dtype(in_dtype_).device(options_.device));
-      mb.act_recv = pg_->recv(mb.input, s - 1, a.micro);
+    Micro& mb = mbs[a.chunk][a.micro];
+    const ChunkIO& io = io_[a.chunk];
+    const int k = virtual_stage(a.chunk);
+    if (a.forward && k > 0) {
+      mb.input = empty(io.in_shape, dtype(io.in_dtype).device(options_.device));
+      mb.act_recv = pg_->recv(mb.input, prev_rank(), activation_tag(a.micro, a.chunk, v));
     }
-    if (!a.forward && s < p - 1) {
-      mb.grad = empty(out_shape_, dtype(out_dtype_).device(options_.device));
-      mb.grad_recv = pg_->recv(mb.grad, s + 1, kGradTag + a.micro);
+    if (!a.forward && k < last) {
+      mb.grad = empty(io.out_shape, dtype(io.out_dtype).device(options_.device));
+      mb.grad_recv = pg_->recv(mb.grad, next_rank(), kGradTag + activation_tag(a.micro, a.chunk, v));
     }
+    if (!a.forward) last_backward[a.chunk] = &a;
   }
 
   struct Sent {
@@ -276,6 +341,8 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   stats_.header_wait = header_wait;
   stats_.activation_wait = stats_.gradient_wait = stats_.send_wait = 0;
   stats_.forward_seconds = stats_.backward_seconds = 0;
+  stats_.chunk_forward_seconds.assign(v, 0);
+  stats_.chunk_backward_seconds.assign(v, 0);
   // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
   auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer, double& waited) {
     auto t = Clock::now();
@@ -288,47 +355,55 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
     waited += since(t);
   };
   for (const PipelineAction& a : actions) {
-    Micro& mb = mbs[a.micro];
+    Micro& mb = mbs[a.chunk][a.micro];
+    const int k = virtual_stage(a.chunk);
     if (a.forward) {
-      if (s > 0) {
-        wait_for(mb.act_recv, "receiving the activation", a.micro, s - 1, stats_.activation_wait);
+      if (k > 0) {
+        wait_for(mb.act_recv, "receiving the activation", a.micro, prev_rank(), stats_.activation_wait);
         mb.input.set_requires_grad(true);
       } else {
         mb.input = inputs[a.micro];
       }
       const auto tf = Clock::now();
       Tensor out;
-      if (ddp_) {
-        auto local = ddp_->no_sync();  // replicas average once, in the step's last backward
-        out = ddp_->forward(mb.input);
+      if (!ddps_.empty()) {
+        auto local = ddps_[a.chunk]->no_sync();  // replicas average once, in the chunk's last backward
+        out = ddps_[a.chunk]->forward(mb.input);
       } else {
-        out = stage_->forward(mb.input);
+        out = chunks_[a.chunk]->forward(mb.input);
       }
-      if (is_last()) {
+      if (k == last) {
         // Each micro-batch's mean loss weighs by its share of the batch: the sum is the batch mean.
         mb.output = loss(out, targets[a.micro]) * (1.0 / m);
         loss_sum += mb.output.item<double>();
-        stats_.forward_seconds += since(tf);
       } else {
         mb.output = out;
-        stats_.forward_seconds += since(tf);
-        sends.push_back({pg_->send(out.detach(), s + 1, a.micro), s + 1, a.micro, "sending the activation"});
       }
+      const double took = since(tf);
+      stats_.forward_seconds += took;
+      stats_.chunk_forward_seconds[a.chunk] += took;
+      if (k < last)
+        sends.push_back({pg_->send(out.detach(), next_rank(), activation_tag(a.micro, (k + 1) / p, v)), next_rank(),
+                         a.micro, "sending the activation"});
       stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
     } else {
-      if (ddp_ && &a == &actions.back()) ddp_->prepare_for_backward();
-      if (!is_last()) wait_for(mb.grad_recv, "receiving the gradient", a.micro, s + 1, stats_.gradient_wait);
+      if (!ddps_.empty() && &a == last_backward[a.chunk]) ddps_[a.chunk]->prepare_for_backward();
+      if (k < last) wait_for(mb.grad_recv, "receiving the gradient", a.micro, next_rank(), stats_.gradient_wait);
       const auto tb = Clock::now();
-      if (is_last()) {
+      if (k == last) {
         autograd::backward({mb.output});
       } else {
         autograd::backward({mb.output}, {mb.grad});
       }
-      stats_.backward_seconds += since(tb);
-      if (s > 0) {
+      const double took = since(tb);
+      stats_.backward_seconds += took;
+      stats_.chunk_backward_seconds[a.chunk] += took;
+      if (k > 0) {
+        const ChunkIO& io = io_[a.chunk];
         Tensor g = mb.input.grad();
-        if (!g.defined()) g = zeros(in_shape_, dtype(in_dtype_).device(options_.device));
-        sends.push_back({pg_->send(g, s - 1, kGradTag + a.micro), s - 1, a.micro, "sending the gradient"});
+        if (!g.defined()) g = zeros(io.in_shape, dtype(io.in_dtype).device(options_.device));
+        sends.push_back({pg_->send(g, prev_rank(), kGradTag + activation_tag(a.micro, (k - 1) / p, v)), prev_rank(),
+                         a.micro, "sending the gradient"});
       }
       mb = Micro{};  // frees this micro-batch's activations
       --stats_.live_activations;

@@ -1,7 +1,8 @@
 // Pipeline parallel: a Sequential split into consecutive stages, one per rank of a process group.
 // Each step splits the batch into micro-batches that flow forward through the stages and whose
 // activation gradients flow back (asynchronous send/recv, receives posted at the start of the
-// step), under a GPipe or 1F1B schedule. Gradients accumulate over the micro-batches exactly as
+// step), under a GPipe, 1F1B or interleaved 1F1B schedule (each rank then holds several
+// non-adjacent chunks of the model, Megatron-LM's virtual stages). Gradients accumulate over the micro-batches exactly as
 // one backward of the mean loss over the whole batch would give them; the caller then steps its
 // optimizer over this stage's parameters on every rank.
 //
@@ -33,9 +34,12 @@ struct PipelineOptions {
   /// Micro-batches per batch; the batch's first dimension must divide by it.
   int micro_batches = 1;
   Schedule schedule = Schedule::k1F1B;
-  /// Stage s runs layers [boundaries[s], boundaries[s+1]): p+1 increasing indices from 0 to the
-  /// number of layers. Empty: balanced by parameter count (dist::time_balanced_boundaries in
-  /// pipeline_balance.h balances by measured forward time).
+  /// Model chunks per rank (Schedule::kInterleaved1F1B only, which needs at least 2): the model is
+  /// split into p * virtual_stages virtual stages, and rank r holds virtual stages r, r + p, ...
+  int virtual_stages = 1;
+  /// Virtual stage k runs layers [boundaries[k], boundaries[k+1]): p * virtual_stages + 1
+  /// increasing indices from 0 to the number of layers. Empty: balanced by parameter count
+  /// (dist::time_balanced_boundaries in pipeline_balance.h balances by measured forward time).
   std::vector<int> boundaries;
   /// Where this rank's stage lives (inputs and received activations are moved there).
   Device device = kCPU;
@@ -60,15 +64,18 @@ struct PipelineStats {
   // this step's sends at its end; and computing forwards (with the loss) and backwards.
   double header_wait = 0, activation_wait = 0, gradient_wait = 0, send_wait = 0;
   double forward_seconds = 0, backward_seconds = 0;
+  // The same two by model chunk (one entry but for the interleaved schedule).
+  std::vector<double> chunk_forward_seconds, chunk_backward_seconds;
 };
 
 class Pipeline {
  public:
-  /// Splits `model` (every rank passes the same layer list) into pg.size() stages and keeps this
-  /// rank's layers, moved to options.device; the other layers are not referenced afterwards.
-  /// `pg` joins the stages in order (group rank = stage).
-  /// Throws naming the counts when there are more stages than layers or the boundaries are
-  /// invalid. Warns on stderr (stage 0) when micro_batches < stages.
+  /// Splits `model` (every rank passes the same layer list) into pg.size() stages (times
+  /// options.virtual_stages) and keeps this rank's layers, moved to options.device; the other
+  /// layers are not referenced afterwards. `pg` joins the stages in order (group rank = stage).
+  /// Throws naming the counts when there are more stages than layers, the boundaries are
+  /// invalid, or the schedule cannot run the micro-batch and chunk counts. Warns on stderr
+  /// (stage 0) when micro_batches < stages.
   Pipeline(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> pg, PipelineOptions options = {});
 
   /// One batch forward and backward. `input` is read on stage 0 and `target` on the last stage
@@ -94,14 +101,18 @@ class Pipeline {
   /// call it; only the last stage's values count.
   std::vector<double> from_last_stage(const std::vector<double>& values, ReduceOp op = ReduceOp::kSum);
 
-  /// This rank's stage: its layers, named "0", "1", ... in stage order.
+  /// This rank's stage: its layers, named "0", "1", ... in stage order (interleaved: chunk 0's
+  /// layers, then chunk 1's, ...).
   nn::Sequential& stage_module() { return *stage_; }
   std::vector<Tensor> parameters() const { return stage_->parameters(); }
   int stage() const { return pg_->rank(); }
   int num_stages() const { return pg_->size(); }
   bool is_first() const { return stage() == 0; }
   bool is_last() const { return stage() == num_stages() - 1; }
-  /// The layer range [first, last) of every stage, as p+1 boundaries.
+  /// Model chunks on this rank (options.virtual_stages).
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  /// The layer range [first, last) of every virtual stage (with one chunk per rank, of every
+  /// stage), as p * chunks + 1 boundaries.
   const std::vector<int>& boundaries() const { return boundaries_; }
   /// A stage-local parameter/buffer name ("1.weight") as in the unsplit model ("4.weight").
   std::string global_name(const std::string& local) const;
@@ -113,19 +124,31 @@ class Pipeline {
 
  private:
   struct Micro;
+  /// What crosses into and out of one chunk, as the first step negotiated it.
+  struct ChunkIO {
+    Shape in_shape, out_shape;  // one micro-batch's received input / sent output
+    DType in_dtype = kFloat32, out_dtype = kFloat32;
+  };
   void negotiate(const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets, const PipelineLoss& loss,
                  std::string err, const Tensor& header);
+  /// Chunk c's virtual stage, and its neighbours' ranks.
+  int virtual_stage(int chunk) const { return chunk * num_stages() + stage(); }
+  int num_virtual() const { return num_stages() * num_chunks(); }
+  int prev_rank() const { return (stage() + num_stages() - 1) % num_stages(); }
+  int next_rank() const { return (stage() + 1) % num_stages(); }
+  std::string describe(int chunk) const;
   /// Where control messages travel: NCCL moves device tensors only.
   Device comm_device() const { return pg_->backend() == "nccl" ? options_.device : kCPU; }
 
   std::shared_ptr<ProcessGroup> pg_;
   PipelineOptions options_;
   std::vector<int> boundaries_;
-  std::shared_ptr<nn::Sequential> stage_;
-  std::unique_ptr<DistributedDataParallel> ddp_;  // hybrid only
+  std::shared_ptr<nn::Sequential> stage_;                 // every layer of this rank
+  std::vector<std::shared_ptr<nn::Sequential>> chunks_;   // the same layers, by virtual stage
+  std::vector<int> layers_;                               // stage_'s layer i is the model's layers_[i]
+  std::vector<std::unique_ptr<DistributedDataParallel>> ddps_;  // hybrid only: one per chunk
   bool negotiated_ = false;
-  Shape in_shape_, out_shape_;  // one micro-batch's received input / sent output
-  DType in_dtype_ = kFloat32, out_dtype_ = kFloat32;
+  std::vector<ChunkIO> io_;     // per chunk
   Shape first_input_shape_;     // stage 0: the micro-batch shape the stages last negotiated
   PipelineStats stats_;
 };

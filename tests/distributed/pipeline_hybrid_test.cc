@@ -48,13 +48,14 @@ TEST_CASE("new_group: members get a group of their own ranks, others get null") 
 }
 
 // Replica r trains on its half of each global batch; DDP averages the replicas' gradients.
-void hybrid(int rank, int world, dist::Schedule sched, int m) {
+void hybrid(int rank, int world, dist::Schedule sched, int m, int chunks = 1) {
   dist::init_process_group();
   dist::PipelineGroups g = dist::pipeline_groups(2);
   expect(g.stage == rank % 2 && g.replica == rank / 2, "rank {}: stage {} replica {}", rank, g.stage, g.replica);
   dist::PipelineOptions o;
   o.micro_batches = m;
   o.schedule = sched;
+  o.virtual_stages = chunks;
   o.data_parallel_group = g.data;
   manual_seed(100 + rank);
   // Different initial weights per replica: DDP must give every replica rank 0's.
@@ -73,8 +74,8 @@ void hybrid(int rank, int world, dist::Schedule sched, int m) {
     ce(reference->forward(b.x), b.y).backward();
     ref_opt.step();
   }
-  test::expect_stage_matches(pipe, *reference, 1e-5, fmt::format("hybrid 2x{} {} m={}", replicas,
-                                                                 dist::schedule_name(sched), m));
+  test::expect_stage_matches(pipe, *reference, 1e-5, fmt::format("hybrid 2x{} {} m={} v={}", replicas,
+                                                                 dist::schedule_name(sched), m, chunks));
   // Metrics: the last stages' values, reduced over the replicas, reach every rank; the other
   // stages' values are ignored. The last stages are ranks 1 and 3 (replicas 0 and 1).
   const double mine = pipe.is_last() ? 10.0 * (g.replica + 1) : -1000.0;
@@ -84,11 +85,14 @@ void hybrid(int rank, int world, dist::Schedule sched, int m) {
          "rank {}: from_last_stage gave avg [{}, {}], sum {}", rank, avg[0], avg[1], sum[0]);
 }
 
-TEST_CASE("hybrid 2 stages x 2 replicas equals one process on the whole batch (GPipe and 1F1B)") {
+TEST_CASE("hybrid 2 stages x 2 replicas equals one process on the whole batch (GPipe, 1F1B, interleaved)") {
   test::require_all_ok(
       test::run_ranks(4, [](int r, int w) { hybrid(r, w, dist::Schedule::k1F1B, 4); }, 120, "hybrid_1f1b"));
   test::require_all_ok(
       test::run_ranks(4, [](int r, int w) { hybrid(r, w, dist::Schedule::kGPipe, 2); }, 120, "hybrid_gpipe"));
+  // Each chunk's replicas average in that chunk's last backward, one DDP per chunk.
+  test::require_all_ok(test::run_ranks(
+      4, [](int r, int w) { hybrid(r, w, dist::Schedule::kInterleaved1F1B, 2, 2); }, 120, "hybrid_interleaved"));
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ TEST_CASE("schedules: 1F1B warms up p-1-s forwards and keeps at most p-s alive; 
         CHECK(dist::peak_live(g) == m);
       }
   CHECK(dist::parse_schedule("1F1B") == dist::Schedule::k1F1B);
-  CHECK_THROWS_WITH(dist::parse_schedule("zigzag"), doctest::Contains("'zigzag' is unknown (gpipe or 1f1b)"));
+  CHECK_THROWS_WITH(dist::parse_schedule("zigzag"), doctest::Contains("'zigzag' is unknown (gpipe, 1f1b or interleaved)"));
 }
 
 TEST_CASE("simulated step time: (m+p-1)(F+B) for equal stages; the slowest stage paces unequal ones") {
