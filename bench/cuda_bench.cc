@@ -2,17 +2,25 @@
 // strided copy, sum over all / the last dim, softmax, one fused AdamW step over 20M parameters in
 // 50 tensors) as a fraction of a device-to-device cudaMemcpy's bandwidth (the roof an elementwise
 // kernel can reach), and host <-> device bandwidth from pageable and pinned memory. Prints a
-// table and one JSON line; without a CUDA device it says so and exits 0.
+// table and one JSON line; without a CUDA device it says so and exits 0. --only runs just the
+// rows whose name contains one of the given parts (and the memcpy roof), not the host copies.
+// After timing a row, one more call of it runs between cudaProfilerStart and cudaProfilerStop:
+// the call `ncu --profile-from-start off` profiles.
+//   cuda_bench [--only "sum f32 (all),softmax"]
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "cuda/allocator.h"
@@ -37,7 +45,13 @@ double time_ms(const std::function<void()>& f, int iters = 20) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::vector<std::string> only;
+  cli::App app("CUDA elementwise and reduction GB/s against a device-to-device copy, and host<->device GB/s.",
+               "cuda_bench");
+  app.add_option("--only", only, "comma-separated parts of row names: run only the rows that contain one")
+      ->delimiter(',');
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"cuda_bench\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
@@ -93,27 +107,43 @@ int main() {
       {"adamw step f32 (20M, 50 t)", 7.0 * 4 * adam_tensors * adam_each,
        [&] { kernels::adam_step[gpu](ps, gs, ms, vs, no_vmax, adamw); }},
   };
+  if (!only.empty()) {  // the first row, the roof, always runs
+    auto named = [](const Row& r, const std::string& part) { return r.name.find(part) != std::string::npos; };
+    for (const std::string& part : only)
+      if (std::none_of(rows.begin(), rows.end(), [&](const Row& r) { return named(r, part); }))
+        return cli::usage_error(app, fmt::format("--only: no row's name contains '{}'", part));
+    std::vector<Row> kept = {rows.front()};
+    for (size_t i = 1; i < rows.size(); ++i)
+      if (std::any_of(only.begin(), only.end(), [&](const std::string& part) { return named(rows[i], part); }))
+        kept.push_back(rows[i]);
+    rows = std::move(kept);
+  }
   nlohmann::ordered_json json = {{"bench", "cuda_bench"}};
   std::printf("%-26s %10s %10s %10s\n", "op", "ms", "GB/s", "of roof");
   double roof = 0;
   for (auto& r : rows) {
     const double ms = time_ms(r.f), gbs = r.bytes / ms / 1e6;
     if (roof == 0) roof = gbs;  // the first row is the memcpy
+    cudaProfilerStart();
+    r.f();
+    cudaProfilerStop();
     std::printf("%-26s %10.3f %10.1f %9.0f%%\n", r.name.c_str(), ms, gbs, 100 * gbs / roof);
     json[r.name + " GB/s"] = gbs;
     json[r.name + " of roof"] = gbs / roof;
   }
-  Tensor host = randn({n});
-  Tensor pinned = cuda::pin_memory(host);
-  const double h2d = time_ms([&] { Tensor g = host.to(gpu); }, 5);
-  const double h2d_pinned = time_ms([&] { Tensor g = pinned.to(gpu); }, 5);
-  const double d2h = time_ms([&] { Tensor h = a.to(kCPU); }, 5);
-  std::printf("%-26s %10.3f %10.1f\n", "host->device pageable", h2d, f4 / h2d / 1e6);
-  std::printf("%-26s %10.3f %10.1f\n", "host->device pinned", h2d_pinned, f4 / h2d_pinned / 1e6);
-  std::printf("%-26s %10.3f %10.1f\n", "device->host", d2h, f4 / d2h / 1e6);
-  json["h2d pageable GB/s"] = f4 / h2d / 1e6;
-  json["h2d pinned GB/s"] = f4 / h2d_pinned / 1e6;
-  json["d2h GB/s"] = f4 / d2h / 1e6;
+  if (only.empty()) {
+    Tensor host = randn({n});
+    Tensor pinned = cuda::pin_memory(host);
+    const double h2d = time_ms([&] { Tensor g = host.to(gpu); }, 5);
+    const double h2d_pinned = time_ms([&] { Tensor g = pinned.to(gpu); }, 5);
+    const double d2h = time_ms([&] { Tensor h = a.to(kCPU); }, 5);
+    std::printf("%-26s %10.3f %10.1f\n", "host->device pageable", h2d, f4 / h2d / 1e6);
+    std::printf("%-26s %10.3f %10.1f\n", "host->device pinned", h2d_pinned, f4 / h2d_pinned / 1e6);
+    std::printf("%-26s %10.3f %10.1f\n", "device->host", d2h, f4 / d2h / 1e6);
+    json["h2d pageable GB/s"] = f4 / h2d / 1e6;
+    json["h2d pinned GB/s"] = f4 / h2d_pinned / 1e6;
+    json["d2h GB/s"] = f4 / d2h / 1e6;
+  }
   std::printf("%s\n", cuda::memory_summary(0).c_str());
   std::printf("%s\n", json.dump().c_str());
 }

@@ -10,19 +10,9 @@ set -u
 B=$(cd "${1:?bundle dir}" && pwd) D=$(cd "${2:?data dir}" && pwd)
 out=${3:-$PWD/gpu_first_light}
 mkdir -p "$out"
-py=${PYTHON:-/opt/torch/.venv/bin/python3}
-command -v "$py" >/dev/null || py=python3
-ldp="$B/lib:${CUDA_PATH:-/usr/local/cuda}/lib64"
-for l in "$(dirname "$py")"/../lib/python3*/site-packages/nvidia/*/lib; do [ -d "$l" ] && ldp="$ldp:$l"; done
-ldp="$ldp:$B/lib/cuda-fallback"
-sec() { echo; echo "######## $* ($SECONDS s)"; }
-kiln() { env LD_LIBRARY_PATH="$ldp" "$@"; }
-# A wrapper with Kiln's library path, for the PyTorch scripts that start Kiln's benchmarks.
-wrapped() {
-  printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\nexec %q "$@"\n' "$ldp" "$B/bench/$1" > "$out/$1"
-  chmod +x "$out/$1"
-  echo "$out/$1"
-}
+# py, ldp (Kiln's library path), sec, kiln and wrapped.
+# shellcheck source=tools/gpu_env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 
 sec tests
 KILN_GPU_TEST_TIMEOUT=120 "$B/run_gpu_tests.sh" > "$out/tests.log" 2>&1
