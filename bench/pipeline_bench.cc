@@ -1,14 +1,15 @@
-// Pipeline-parallel step time and bubble over the number of micro-batches, GPipe and 1F1B, on p
-// real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
+// Pipeline-parallel step time and bubble over the number of micro-batches, GPipe, 1F1B and
+// interleaved 1F1B (v virtual stages per rank, for m a multiple of p), on p real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
 // 512) + Tanh) split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
 // work). The measured bubble is the share of the pipeline's step (the longest stage's
 // train_step) a stage spends not computing (forward and backward), averaged over stages, beside
-// the ideal (p-1)/(m+p-1) of equal stages and the "model" bubble: the stages' measured forward
-// and backward times replayed through the schedule with free communication
+// the ideal (p-1)/(m+p-1) of equal stages ((p-1)/(v*m+p-1) interleaved) and the "model" bubble:
+// the (virtual) stages' measured forward and backward times replayed through the schedule with
+// free communication
 // (dist::simulated_step_time), the idle share unequal stages cannot avoid.
 // The step time is rank 0's zero_grad + train_step + optimizer step. --breakdown prints each
 // stage's step split into waits and compute. Rank 0 prints; the last line is JSON.
-//   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16]
+//   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16 --virtual-stages 2]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -77,7 +78,7 @@ void fill_breakdown(const dist::PipelineStats& st, const Usage& used, double* v)
   v[6] += 1e3 * rest;
 }
 
-void run(int steps, const std::vector<int>& micro, bool breakdown) {
+void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
   auto pg = dist::init_process_group();
   const int p = pg->size();
   std::string json;
@@ -85,14 +86,20 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
     fmt::print("Pipeline step, {} stages x 1 thread, Gloo on 127.0.0.1, MLP 16 layers (8 x 512x512), {} rows per "
                "micro-batch; median of {} steps\n",
                p, kRows, steps);
-    fmt::print("{:6} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8} {:>9}\n", "sched", "m", "step ms", "samples/s", "bubble",
+    fmt::print("{:13} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8} {:>9}\n", "sched", "m", "step ms", "samples/s", "bubble",
                "ideal", "ratio", "model");
   }
-  for (dist::Schedule sched : {dist::Schedule::kGPipe, dist::Schedule::k1F1B}) {
+  std::vector<dist::Schedule> schedules = {dist::Schedule::kGPipe, dist::Schedule::k1F1B};
+  if (chunks > 1) schedules.push_back(dist::Schedule::kInterleaved1F1B);
+  for (dist::Schedule sched : schedules) {
+    const int v = sched == dist::Schedule::kInterleaved1F1B ? chunks : 1;
+    const std::string label = v == 1 ? dist::schedule_name(sched) : fmt::format("{}/{}", dist::schedule_name(sched), v);
     for (int m : micro) {
+      if (v > 1 && m % p != 0) continue;  // interleaving takes the micro-batches p at a time
       dist::PipelineOptions o;
       o.micro_batches = m;
       o.schedule = sched;
+      o.virtual_stages = v;
       dist::Pipeline pipe(make_model(), pg, o);
       optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.001));
       Generator g(1);
@@ -100,6 +107,7 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
       auto mse = [](const Tensor& out, const Tensor& t) { return nn::functional::mse_loss(out, t); };
       std::vector<double> step_ms, bubble;
       Tensor parts = zeros({p, kKinds}, dtype(kFloat64));  // every stage's breakdown, summed over steps
+      Tensor costs = zeros({2, p * v}, dtype(kFloat64));   // every virtual stage's forward and backward
       for (int s = 0; s < steps + 1; ++s) {
         const Usage u0 = usage();
         const double t0 = bench::now_s();
@@ -122,36 +130,41 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
         fill_breakdown(pipe.stats(), {u1.cpu_ms - u0.cpu_ms, u1.switches - u0.switches},
                        parts.data_ptr<double>() + pg->rank() * kKinds);
+        for (int c = 0; c < v; ++c) {
+          costs.data_ptr<double>()[c * p + pg->rank()] += 1e3 * pipe.stats().chunk_forward_seconds[c];
+          costs.data_ptr<double>()[p * v + c * p + pg->rank()] += 1e3 * pipe.stats().chunk_backward_seconds[c];
+        }
         step_ms.push_back(seconds * 1e3);
         bubble.push_back(1 - busy / pipeline_step);
       }
-      const double ms = median(step_ms), b = median(bubble), ideal = double(p - 1) / (m + p - 1);
+      const double ms = median(step_ms), b = median(bubble), ideal = double(p - 1) / (v * m + p - 1);
       pg->allreduce(parts)->wait();
-      const double* v = parts.data_ptr<double>();
-      // The bubble the schedule cannot avoid on this model: its stages' measured compute replayed
-      // with free communication (unequal stages idle more than (p-1)/(m+p-1)).
-      std::vector<double> fwd(p), bwd(p);
+      pg->allreduce(costs)->wait();
+      // The bubble the schedule cannot avoid on this model: its virtual stages' measured compute
+      // replayed with free communication (unequal stages idle more than the ideal).
+      std::vector<double> fwd(p * v), bwd(p * v);
       double busy = 0;
-      for (int r = 0; r < p; ++r) {
-        fwd[r] = v[r * kKinds + 4] / steps / m;
-        bwd[r] = v[r * kKinds + 5] / steps / m;
-        busy += m * (fwd[r] + bwd[r]) / p;
+      for (int k = 0; k < p * v; ++k) {
+        fwd[k] = costs.data_ptr<double>()[k] / steps / m;
+        bwd[k] = costs.data_ptr<double>()[p * v + k] / steps / m;
+        busy += m * (fwd[k] + bwd[k]) / p;
       }
-      const double sim = 1 - busy / dist::simulated_step_time(sched, m, fwd, bwd);
+      const double sim = 1 - busy / dist::simulated_step_time(sched, m, fwd, bwd, v);
+      const double* pv = parts.data_ptr<double>();
       if (breakdown) {
         for (int r = 0; r < p && pg->rank() == 0; ++r)
           fmt::print("  stage {} mean ms: header {:.2f} act {:.2f} grad {:.2f} send {:.2f} | fwd {:.2f} bwd {:.2f} "
                      "other {:.2f} | process cpu {:.2f} ms, {:.1f} context switches\n",
-                     r, v[r * kKinds] / steps, v[r * kKinds + 1] / steps, v[r * kKinds + 2] / steps,
-                     v[r * kKinds + 3] / steps, v[r * kKinds + 4] / steps, v[r * kKinds + 5] / steps,
-                     v[r * kKinds + 6] / steps, v[r * kKinds + 7] / steps, v[r * kKinds + 8] / steps);
+                     r, pv[r * kKinds] / steps, pv[r * kKinds + 1] / steps, pv[r * kKinds + 2] / steps,
+                     pv[r * kKinds + 3] / steps, pv[r * kKinds + 4] / steps, pv[r * kKinds + 5] / steps,
+                     pv[r * kKinds + 6] / steps, pv[r * kKinds + 7] / steps, pv[r * kKinds + 8] / steps);
       }
       if (pg->rank() == 0) {
-        fmt::print("{:6} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}%\n", dist::schedule_name(sched), m, ms,
+        fmt::print("{:13} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}%\n", label, m, ms,
                    m * kRows / (ms / 1e3), 100 * b, 100 * ideal, ideal > 0 ? b / ideal : 0.0, 100 * sim);
-        json += fmt::format("{}{{\"schedule\": \"{}\", \"micro_batches\": {}, \"step_ms\": {:.3f}, \"bubble\": {:.4f}, "
-                            "\"ideal_bubble\": {:.4f}, \"model_bubble\": {:.4f}}}",
-                            json.empty() ? "" : ", ", dist::schedule_name(sched), m, ms, b, ideal, sim);
+        json += fmt::format("{}{{\"schedule\": \"{}\", \"virtual_stages\": {}, \"micro_batches\": {}, \"step_ms\": "
+                            "{:.3f}, \"bubble\": {:.4f}, \"ideal_bubble\": {:.4f}, \"model_bubble\": {:.4f}}}",
+                            json.empty() ? "" : ", ", dist::schedule_name(sched), v, m, ms, b, ideal, sim);
       }
     }
   }
@@ -163,15 +176,21 @@ void run(int steps, const std::vector<int>& micro, bool breakdown) {
 int main(int argc, char** argv) {
   int stages = 2, steps = 10;
   std::vector<int> micro = {1, 2, 4, 8, 16};
-  cli::App app("Pipeline step time and bubble fraction over micro-batch counts, GPipe and 1F1B.", "pipeline_bench");
+  int chunks = 2;
+  cli::App app("Pipeline step time and bubble fraction over micro-batch counts, GPipe, 1F1B and interleaved 1F1B.",
+               "pipeline_bench");
   app.add_option("--stages", stages, "pipeline stages (one rank each)")->check(cli::range(2, 64));
   app.add_option("--steps", steps, "timed steps per configuration (the median is reported)")
       ->check(cli::range(1, 100000));
   app.add_option("--micro", micro, "micro-batch counts, comma separated")
       ->delimiter(',')
       ->check(cli::range(1, 4096));
+  app.add_option("--virtual-stages", chunks,
+                 "model chunks per rank for the interleaved rows (micro-batch counts that are multiples of the "
+                 "stages); 1: no interleaved rows")
+      ->check(cli::range(1, 8));
   bool breakdown = false;
   app.add_flag("--breakdown", breakdown, "print each stage's mean step split into waits and compute");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  return bench::run_on_ranks(stages, [&] { run(steps, micro, breakdown); }, "pipeline_bench");
+  return bench::run_on_ranks(stages, [&] { run(steps, micro, chunks, breakdown); }, "pipeline_bench");
 }

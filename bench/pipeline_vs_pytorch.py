@@ -17,13 +17,15 @@ def main():
     p.add_argument("--stages", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--micro", default="1,2,4,8,16")
+    p.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank of the interleaved rows (1: none)")
     a = p.parse_args()
     py, label = torch_python()
-    common = ["--stages", str(a.stages), "--steps", str(a.steps), "--micro", a.micro]
+    common = ["--stages", str(a.stages), "--steps", str(a.steps), "--micro", a.micro,
+              "--virtual-stages", str(a.virtual_stages)]
     kiln = last_json([a.kiln_bin] + common)["results"]
     torch = {(r["schedule"], r["micro_batches"]): r for r in last_json([py, a.pytorch_script] + common)["results"]}
     print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps")
-    print(f"{'sched':6} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7} "
+    print(f"{'sched':13} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7} "
           f"{'model':>7}")
     rows = []
     for k in kiln:
@@ -31,7 +33,8 @@ def main():
         t_ms = t.get("step_ms")
         ratio = t_ms / k["step_ms"] if t_ms else None
         rows.append({**k, "pytorch_step_ms": t_ms, "speedup": ratio, "pytorch_error": t.get("error")})
-        print(f"{k['schedule']:6} {k['micro_batches']:3} {k['step_ms']:9.2f} "
+        sched = k["schedule"] if k["virtual_stages"] == 1 else f"{k['schedule']}/{k['virtual_stages']}"
+        print(f"{sched:13} {k['micro_batches']:3} {k['step_ms']:9.2f} "
               f"{(f'{t_ms:9.2f}' if t_ms else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
               f"{100 * k['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * k['model_bubble']:6.1f}%")
     print(json.dumps({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages, "results": rows}))

@@ -34,7 +34,8 @@ DIR/trace.rank<R>.json (chrome://tracing, ui.perfetto.dev) and prints the op tab
 data/forward/backward/exposed-comm/optimizer/rest per step, samples/s, GFLOP/s and MFU.
 --pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
 (--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
-job runs P stages x (world / P) data-parallel replicas.
+job runs P stages x (world / P) data-parallel replicas. --pipeline-schedule interleaved
+--virtual-stages V gives each rank V chunks of the model (M a multiple of P): a smaller bubble.
 )";
 
 }  // namespace

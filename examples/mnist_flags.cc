@@ -3,6 +3,7 @@
 
 #include "core/matmul_precision.h"
 #include "examples/graph_step.h"
+#include "distributed/pipeline_schedule.h"
 #include "examples/models.h"
 
 namespace kiln::examples {
@@ -65,8 +66,12 @@ void MnistFlags::declare(CLI::App& app) {
                       ->check(cli::range(1, 4096));
   // --schedule already names the learning-rate schedule.
   pipeline_schedule = app.add_option("--pipeline-schedule", c.pipeline_schedule,
-                                     "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
-                          ->check(cli::one_of({"gpipe", "1f1b"}));
+                                     "pipeline: gpipe (all forwards, then all backwards), 1f1b (bounded memory) or "
+                                     "interleaved (1f1b over --virtual-stages chunks per rank: a smaller bubble)")
+                          ->check(cli::one_of({"gpipe", "1f1b", "interleaved"}));
+  virtual_stages = app.add_option("--virtual-stages", c.virtual_stages,
+                                  "pipeline, --pipeline-schedule interleaved: model chunks per rank (at least 2)")
+                       ->check(cli::range(1, 16));
   pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
                                     "pipeline: cut the stages to equal parameter counts or equal measured forward time")
                          ->check(cli::one_of({"params", "time"}));
@@ -108,13 +113,23 @@ std::string MnistFlags::finish() {
 std::string MnistFlags::check_pipeline() const {
   const int p = c.pipeline_stages, m = c.micro_batches;
   if (p == 1)
-    for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance})
+    for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance, virtual_stages})
       if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
   if (p == 1) return {};
   const int64_t layers = static_cast<int64_t>(make_model(c.model)->size());
   if (p > layers)
     return fmt::format("--pipeline-stages {}: the {} has only {} layers (each stage needs at least one)", p, c.model,
                        layers);
+  try {
+    dist::check_schedule(dist::parse_schedule(c.pipeline_schedule), p, m, c.virtual_stages);
+  } catch (const std::exception& e) {
+    return fmt::format("--pipeline-schedule {} --virtual-stages {}: {}", c.pipeline_schedule, c.virtual_stages,
+                       e.what());
+  }
+  if (static_cast<int64_t>(p) * c.virtual_stages > layers)
+    return fmt::format("--pipeline-stages {} x --virtual-stages {}: the {} has only {} layers (each virtual stage "
+                       "needs at least one)",
+                       p, c.virtual_stages, c.model, layers);
   if (c.batch_size % m != 0)
     return fmt::format("--batch-size {} does not split into --micro-batches {} (make it a multiple)", c.batch_size,
                        m);

@@ -16,7 +16,8 @@ struct MnistFlags {
   TrainConfig c;
   std::string device, matmul_precision = "highest";
   std::vector<int64_t> profile_steps{5, 2, 5};  // --profile-steps wait,warmup,active
-  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr;
+  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr,
+             *virtual_stages = nullptr;
 
   /// Adds the flags to `app`, writing into this struct.
   void declare(CLI::App& app);

@@ -95,6 +95,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   dist::PipelineOptions po;
   po.micro_batches = M;
   po.schedule = dist::parse_schedule(c.pipeline_schedule);
+  po.virtual_stages = c.virtual_stages;
   po.device = c.device;
   if (replicas > 1) po.data_parallel_group = groups.data;
   if (c.pipeline_balance == "time") {
@@ -105,9 +106,14 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     std::vector<int64_t> first(static_cast<size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) first[static_cast<size_t>(i)] = i;
     Tensor sample = world->rank() == 0 ? sets.train->get_batch(first).data.to(c.device) : Tensor();
-    po.boundaries = dist::time_balanced_boundaries(*model, sample, P, *world);
+    po.boundaries = dist::time_balanced_boundaries(*model, sample, P * c.virtual_stages, *world);
   }
   dist::Pipeline pipe(model, groups.pipeline, po);
+  KILN_CHECK(!pipe.parameters().empty(),
+             "--pipeline-stages {}{}: stage {}'s layers hold no parameters (split at [{}]), so it has nothing to "
+             "train; use fewer stages{}",
+             P, c.virtual_stages > 1 ? fmt::format(" --virtual-stages {}", c.virtual_stages) : "", pipe.stage(),
+             fmt::join(pipe.boundaries(), ", "), c.virtual_stages > 1 ? " or virtual stages" : "");
   auto opt = make_optimizer(c, pipe.parameters());
   mp.prepare_optimizer(*opt);
   dist::share_found_inf(mp.scaler(), world);  // a skip on any stage or replica is a skip on all
@@ -140,8 +146,10 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
                        state.step);
   }
   const auto& b = pipe.boundaries();
-  out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}, layers split at [{}] (by {}){}\n", P,
-                     world->backend(), M, c.pipeline_schedule, fmt::join(b, ", "), c.pipeline_balance,
+  out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}{}, layers split at [{}] (by {}){}\n", P,
+                     world->backend(), M, c.pipeline_schedule,
+                     c.virtual_stages > 1 ? fmt::format(" x {} virtual stages", c.virtual_stages) : "",
+                     fmt::join(b, ", "), c.pipeline_balance,
                      replicas > 1 ? fmt::format(", {} data-parallel replicas", replicas) : "");
 
   // The same order as the one-process job: a shuffled loader, or a replica's DistributedSampler.

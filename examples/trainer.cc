@@ -425,6 +425,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
     line["pipeline_stages"] = c.pipeline_stages;
     line["micro_batches"] = c.micro_batches;
     line["pipeline_schedule"] = c.pipeline_schedule;
+    line["virtual_stages"] = c.virtual_stages;
     line["dropped_batches"] = r.dropped_batches;
   }
   return line.dump();

@@ -67,7 +67,9 @@ struct TrainConfig {
   int pipeline_stages = 1;
   /// Micro-batches per batch in the pipeline; `batch_size` must divide by it.
   int micro_batches = 1;
-  std::string pipeline_schedule = "1f1b";  // or "gpipe"
+  std::string pipeline_schedule = "1f1b";  // or "gpipe", or "interleaved" (with virtual_stages >= 2)
+  /// Model chunks per rank for the interleaved schedule (Megatron-LM's virtual stages).
+  int virtual_stages = 1;
   /// How the stages are cut: "params" (equal parameter counts) or "time" (equal forward time,
   /// measured on rank 0 on one micro-batch of training images before training).
   std::string pipeline_balance = "params";

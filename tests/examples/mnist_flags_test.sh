@@ -51,8 +51,9 @@ expect 2 "--pipeline-stages 7: the mlp has only 6 layers" -- --pipeline-stages 7
 expect 2 "--pipeline-stages: must be in [1, 64], got 0" -- --pipeline-stages 0
 expect 2 "--batch-size 100 does not split into --micro-batches 8" -- --pipeline-stages 2 --micro-batches 8 --batch-size 100
 expect 2 "--micro-batches needs --pipeline-stages 2 or more" -- --micro-batches 4
-expect 2 "--pipeline-schedule: must be one of gpipe|1f1b, got 'zb'" -- --pipeline-stages 2 --pipeline-schedule zb
+expect 2 "--pipeline-schedule: must be one of gpipe|1f1b|interleaved, got 'zb'" -- --pipeline-stages 2 --pipeline-schedule zb
 expect 2 "--pipeline-balance needs --pipeline-stages 2 or more" -- --pipeline-balance time
+expect 2 "--virtual-stages needs --pipeline-stages 2 or more" -- --virtual-stages 2
 expect 2 "--pipeline-balance: must be one of params|time, got 'flops'" -- --pipeline-stages 2 --pipeline-balance flops
 expect 2 "--cuda-graph needs a CUDA device (--device cuda); this run is on cpu" -- --cuda-graph --device cpu
 

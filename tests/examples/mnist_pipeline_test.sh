@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job pipeline-parallel under the launcher (--pipeline-stages): a 2-stage run trains to
 # the one-process run's losses (exactly with one micro-batch; within 1e-6 relative with four,
-# where the gradient is summed over micro-batches in another order), the hybrid 2 stages x 2
+# where the gradient is summed over micro-batches in another order; interleaved over 2 virtual
+# stages per rank, on the CNN), the hybrid 2 stages x 2
 # replicas matches 2-rank data parallel, --save/--resume continue exactly, the CNN runs in 3
 # stages and cut by time, and a wrong launch is an error.
 set -u
@@ -96,6 +97,26 @@ for key in train_loss test_loss test_accuracy; do
     fail "hybrid: $key $(field "$json" $key) vs 2-rank DDP $(field "$ddp" $key)"
 done
 
+# Interleaved, 2 stages x 2 virtual stages, on the CNN (the MLP's four would leave rank 0 only
+# parameterless layers, which is refused): the one-process CNN's losses.
+cnn=(--model cnn --epochs 1 --limit-train 256 --batch-size 64 --threads 1 --seed 3 --log-every 2)
+cref=$("$mnist" "${cnn[@]}" 2>&1)
+out=$("$launch" --nproc-per-node 2 -- "$mnist" "${cnn[@]}" --pipeline-stages 2 --micro-batches 4 \
+      --pipeline-schedule interleaved --virtual-stages 2 2>&1)
+code=$?
+json=$(echo "$out" | grep '\[rank 0\] {' | tail -1)
+echo "cnn, 2 stages x 2 virtual, m=4: $json"
+[ "$code" -eq 0 ] || fail "cnn interleaved exited $code: $out"
+[[ "$out" == *"[rank 0] pipeline: 2 stages (gloo), 4 micro-batches, interleaved x 2 virtual stages"* ]] ||
+  fail "no interleaved banner: $out"
+[[ "$json" == *'"pipeline_schedule":"interleaved","virtual_stages":2'* ]] || fail "cnn interleaved JSON: $json"
+for key in train_loss test_loss test_accuracy; do
+  close "$(field "$json" $key)" "$(field "$cref" $key)" 1e-5 ||
+    fail "cnn interleaved: $key $(field "$json" $key) vs one process $(field "$cref" $key)"
+done
+out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --pipeline-schedule interleaved --virtual-stages 2)
+[[ "$out" == *"stage 0's layers hold no parameters (split at [0, 1, 2, 3, 6])"* ]] || fail "interleaved mlp with a parameterless rank: $out"
+
 # The CNN in 3 stages, GPipe; 200 images in batches of 64 leave a last batch of 8 that splits.
 out=$("$launch" --nproc-per-node 3 -- "$mnist" --model cnn --epochs 1 --limit-train 200 --batch-size 64 \
       --threads 1 --pipeline-stages 3 --micro-batches 4 --pipeline-schedule gpipe 2>&1)
@@ -131,6 +152,15 @@ err=$("$mnist" --pipeline-stages 2 --epochs 1 2>&1 >/dev/null)
 code=$?
 [ "$code" -eq 1 ] || fail "--pipeline-stages without the launcher exited $code (want 1)"
 [[ "$err" == *"--pipeline-stages: WORLD_SIZE is not set; start one rank per stage"* ]] || fail "no launcher: $err"
+# Interleaved flags that cannot run: refused before any rank starts, naming the values.
+err=$("$mnist" --pipeline-stages 2 --batch-size 96 --micro-batches 3 --pipeline-schedule interleaved \
+      --virtual-stages 2 2>&1 >/dev/null)
+[[ "$err" == *"--pipeline-schedule interleaved --virtual-stages 2: pipeline schedule interleaved: 3 micro-batches do not split into rounds of 2"* ]] ||
+  fail "interleaved with m = 3: $err"
+err=$("$mnist" --pipeline-stages 2 --micro-batches 2 --pipeline-schedule interleaved --virtual-stages 4 2>&1 >/dev/null)
+[[ "$err" == *"--pipeline-stages 2 x --virtual-stages 4: the mlp has only 6 layers"* ]] || fail "8 virtual stages: $err"
+err=$("$mnist" --pipeline-stages 2 --micro-batches 2 --virtual-stages 2 2>&1 >/dev/null)
+[[ "$err" == *"2 virtual stages per rank need the interleaved schedule"* ]] || fail "--virtual-stages with 1f1b: $err"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all ok"
