@@ -213,7 +213,7 @@ void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Te
     if (!failed && !upstream_failed) {
       try {
         NoGradGuard no_grad;
-        EvalGuard eval(*chunks_[c]);
+        EvalGuard eval(*stage_);  // the rank's module: its flag is the one the caller sets
         out = chunks_[c]->forward(x);
         if (k == last) {
           Tensor l = loss(out, targets[0]);

@@ -55,7 +55,7 @@ using PipelineLoss = std::function<Tensor(const Tensor& output, const Tensor& ta
 
 /// Counters of one rank's stage.
 struct PipelineStats {
-  int live_activations = 0;   // micro-batches whose activations are saved now
+  int live_activations = 0;   // micro-batches (per chunk, interleaved) whose activations are saved now
   int peak_activations = 0;   // the most at once during the last step
   int steps = 0;
   double step_seconds = 0;    // wall time of the last step
