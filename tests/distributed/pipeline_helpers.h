@@ -1,7 +1,9 @@
 // Shared pieces of the pipeline tests: a tiny MLP every rank builds identically, the data of a
-// step, and a check of one stage's parameters against the same layers trained in one process.
+// step, the steps trained through a pipeline beside one process, and a check of one stage's
+// parameters against the same layers trained in one process.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -9,6 +11,7 @@
 #include "core/ops.h"
 #include "distributed/pipeline.h"
 #include "nn/nn.h"
+#include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
 
 namespace kiln::test {
@@ -46,6 +49,30 @@ inline void expect_stage_matches(dist::Pipeline& pipe, nn::Module& reference, do
     double d = (p - ref.at(name)).abs().max().item<double>();
     expect(d <= tol, "{}: stage {} parameter '{}' differs from single-process training by {}", what, pipe.stage(),
            name, d);
+  }
+}
+
+/// Trains `steps` SGD-with-momentum steps through `pipe` and through the unsplit `reference` on
+/// the whole batch (pipeline_batch(step, rows, dt)); the last stage's loss must equal the
+/// reference's within `tol`, every other stage's must be NaN.
+inline void train_beside(dist::Pipeline& pipe, nn::Module& reference, int steps, int64_t rows, DType dt, double tol,
+                         const std::string& what) {
+  optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+  optim::SGD ref_opt(reference.parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
+  for (int step = 0; step < steps; ++step) {
+    PipeBatch b = pipeline_batch(step, rows, dt);
+    opt.zero_grad();
+    double loss = pipe.train_step(pipe.is_first() ? b.x : Tensor(), pipe.is_last() ? b.y : Tensor(), pipeline_ce);
+    opt.step();
+    ref_opt.zero_grad();
+    Tensor ref_loss = pipeline_ce(reference.forward(b.x), b.y);
+    ref_loss.backward();
+    ref_opt.step();
+    if (pipe.is_last())
+      expect(std::abs(loss - ref_loss.item<double>()) <= tol, "{}: step {} loss {} but {} in one process", what, step,
+             loss, ref_loss.item<double>());
+    else
+      expect(std::isnan(loss), "{}: stage {} returned loss {}, not NaN", what, pipe.stage(), loss);
   }
 }
 

@@ -95,21 +95,7 @@ void equivalence(int rank, int world, int v, const std::vector<int>& micro, DTyp
     expect(pipe.num_chunks() == v && static_cast<int>(pipe.boundaries().size()) == world * v + 1,
            "{}: {} chunks, boundaries {}", what, pipe.num_chunks(), pipe.boundaries().size());
     auto reference = test::pipeline_mlp(7, dt);
-    optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-    optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-    for (int step = 0; step < 4; ++step) {
-      test::PipeBatch b = test::pipeline_batch(step, 12, dt);
-      opt.zero_grad();
-      double loss = pipe.train_step(pipe.is_first() ? b.x : Tensor(), pipe.is_last() ? b.y : Tensor(), ce);
-      opt.step();
-      ref_opt.zero_grad();
-      Tensor ref_loss = ce(reference->forward(b.x), b.y);
-      ref_loss.backward();
-      ref_opt.step();
-      if (pipe.is_last())
-        expect(std::abs(loss - ref_loss.item<double>()) <= tol, "{}: step {} loss {} but {} in one process", what,
-               step, loss, ref_loss.item<double>());
-    }
+    test::train_beside(pipe, *reference, 4, 12, dt, tol, what);
     test::expect_stage_matches(pipe, *reference, tol, what);
     const int want = dist::peak_live(dist::schedule_actions(Schedule::kInterleaved1F1B, rank, world, m, v));
     expect(pipe.stats().peak_activations == want && pipe.stats().live_activations == 0,

@@ -32,23 +32,7 @@ void equivalence(int rank, int world, DType dt, double tol) {
       o.schedule = sched;
       dist::Pipeline pipe(test::pipeline_mlp(7, dt), pg, o);
       auto reference = test::pipeline_mlp(7, dt);
-      optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-      optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-      for (int step = 0; step < 4; ++step) {
-        test::PipeBatch b = test::pipeline_batch(step, 16, dt);
-        opt.zero_grad();
-        double loss = pipe.train_step(pipe.is_first() ? b.x : Tensor(), pipe.is_last() ? b.y : Tensor(), ce);
-        opt.step();
-        ref_opt.zero_grad();
-        Tensor ref_loss = ce(reference->forward(b.x), b.y);
-        ref_loss.backward();
-        ref_opt.step();
-        if (pipe.is_last())
-          expect(std::abs(loss - ref_loss.item<double>()) <= tol, "{}: step {} loss {} but {} in one process", what,
-                 step, loss, ref_loss.item<double>());
-        else
-          expect(std::isnan(loss), "{}: stage {} returned loss {}, not NaN", what, rank, loss);
-      }
+      test::train_beside(pipe, *reference, 4, 16, dt, tol, what);
       test::expect_stage_matches(pipe, *reference, tol, what);
       int expected_peak = sched == dist::Schedule::kGPipe ? m : std::min(m, world - rank);
       expect(pipe.stats().peak_activations == expected_peak, "{}: stage {} kept {} micro-batches alive, expected {}",
