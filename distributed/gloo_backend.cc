@@ -2,7 +2,6 @@
 
 #include <signal.h>
 
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -318,6 +317,11 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor t, int root) {
   check_rank("broadcast", "root", root, size_);
   return enqueue("broadcast", [this, t, root](const Task& task) {
     Tensor h = stage(t);
+    if (shm_) {
+      shm_->broadcast(h.data_ptr(), static_cast<size_t>(h.numel()) * h.element_size(), root);
+      unstage(t, h);
+      return;
+    }
     KILN_DISPATCH_ALL(h.dtype(), "broadcast", [&]<class T>() {
       gloo::BroadcastOptions o(context_);
       o.setOutput(static_cast<T*>(h.data_ptr()), static_cast<size_t>(h.numel()));
@@ -374,20 +378,14 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor> outputs, Tensor input) {
 }
 
 void ProcessGroupGloo::allgather_host(const Tensor& all, const Tensor& in, uint64_t seq) {
-  if (!shm_) {  // across hosts: Kiln's segmented ring (gloo_ring.h) keeps the link busy
-    const int64_t n = in.numel();
-    Tensor(all).narrow(0, rank_ * n, n).copy_(in.reshape({n}));
-    ring_allgather(*context_, all.data_ptr(), static_cast<size_t>(n) * in.element_size(), tag(seq), timeout_);
+  const int64_t n = in.numel();
+  if (shm_) {  // every rank on this host: through the shared segment
+    shm_->allgather(in.data_ptr(), static_cast<size_t>(n) * in.element_size(), all.data_ptr());
     return;
   }
-  KILN_DISPATCH_ALL(in.dtype(), "allgather", [&]<class T>() {
-    gloo::AllgatherOptions o(context_);
-    o.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
-    o.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
-    o.setTag(tag(seq));
-    o.setTimeout(timeout_);
-    gloo::allgather(o);
-  });
+  // Across hosts: Kiln's segmented ring (gloo_ring.h) keeps the link busy.
+  Tensor(all).narrow(0, rank_ * n, n).copy_(in.reshape({n}));
+  ring_allgather(*context_, all.data_ptr(), static_cast<size_t>(n) * in.element_size(), tag(seq), timeout_);
 }
 
 WorkPtr ProcessGroupGloo::allgather_into_tensor(Tensor output, Tensor input) {
@@ -410,8 +408,8 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
                "reduce_scatter: input {} does not match the output's shape {} and dtype {}", r, output.shape_str(),
                dtype_name(output.dtype()));
   // Over TCP a ring reduce-scatter built from Gloo's point-to-point buffers (gloo_ring.h). On one
-  // host the shared-memory all-reduce of the concatenation, of which each rank keeps its slice:
-  // no network, and the reduction order (hence the result) of the all-reduce data parallel uses.
+  // host the shared-memory reduce-scatter (shm_allreduce.h): no network, and the reduction order
+  // (hence the result) of the all-reduce data parallel uses.
   return enqueue("reduce_scatter", [this, output, inputs, op](const Task& task) {
     int64_t n = output.numel();
     Tensor all = empty({size_ * n}, dtype(output.dtype()));
@@ -423,7 +421,9 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inpu
 Tensor ProcessGroupGloo::reduce_scatter_host(const Tensor& all, ReduceOp op, uint64_t seq) {
   const int64_t n = all.numel() / size_;
   if (shm_) {
-    allreduce_host(all, op, seq);
+    KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
+      shm_->reduce_scatter(all.data_ptr(), static_cast<size_t>(n), sizeof(T), reducer<T>(op));
+    });
   } else {
     KILN_DISPATCH_ALL(all.dtype(), "reduce_scatter", [&]<class T>() {
       ring_reduce_scatter(*context_, all.data_ptr(), static_cast<size_t>(n), sizeof(T), reducer<T>(op), tag(seq),

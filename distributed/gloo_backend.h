@@ -1,5 +1,6 @@
 // The Gloo backend: CPU tensors over TCP (CUDA tensors are staged through host memory); when
-// every rank is on one host, all-reduces go through shared memory instead (shm_allreduce.h).
+// every rank is on one host, all-reduce, broadcast, reduce-scatter and all-gather go through
+// shared memory instead (shm_allreduce.h).
 // Collectives run in issue order on one communication thread per group (the thread data
 // parallel overlaps with backward); sends and receives are posted at once on the caller's thread
 // and completed by the thread that waits on them (any number in flight), as torch's Gloo group
@@ -79,9 +80,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   /// In-place all-reduce of a contiguous host tensor (shared memory or Gloo's ring).
   void allreduce_host(const Tensor& h, ReduceOp op, uint64_t seq);
   /// Reduce-scatter of a contiguous host tensor of size() chunks, in place: returns chunk rank(),
-  /// the result (shared memory: an all-reduce; else the ring of gloo_ring.h).
+  /// the result (shared memory on one host; else the ring of gloo_ring.h).
   Tensor reduce_scatter_host(const Tensor& all, ReduceOp op, uint64_t seq);
-  /// Gloo's all-gather of a contiguous host tensor into `all` (size() chunks shaped like it).
+  /// All-gather of a contiguous host tensor into `all` (size() chunks shaped like it): shared
+  /// memory on one host, else the ring of gloo_ring.h.
   void allgather_host(const Tensor& all, const Tensor& in, uint64_t seq);
 
   std::shared_ptr<Store> store_;

@@ -174,4 +174,41 @@ void ShmAllreduce::broadcast(void* data, size_t bytes, int root) {
   }
 }
 
+void ShmAllreduce::reduce_scatter(void* data, size_t count, size_t elem_size, const ReduceFn& reduce) {
+  auto* bytes = static_cast<unsigned char*>(data);
+  const size_t ranks = static_cast<size_t>(size_);
+  // A round moves `per` elements of every chunk: this rank's slot holds them chunk by chunk.
+  const size_t per = std::max<size_t>(1, kChunkBytes / (elem_size * ranks));
+  for (size_t first = 0; first < count; first += per) {
+    const size_t n = std::min(per, count - first);
+    const size_t piece = n * elem_size;
+    for (size_t d = 0; d < ranks; ++d)
+      std::memcpy(slot(rank_) + d * piece, bytes + (d * count + first) * elem_size, piece);
+    barrier();  // every slot written
+    unsigned char* out = bytes + (static_cast<size_t>(rank_) * count + first) * elem_size;
+    const size_t column = static_cast<size_t>(rank_) * piece;
+    reduce(out, slot(0) + column, slot(1) + column, n);
+    for (int r = 2; r < size_; ++r) reduce(out, out, slot(r) + column, n);
+    barrier();  // everyone has read its column: the slots may be reused
+  }
+}
+
+void ShmAllreduce::allgather(const void* in, size_t bytes, void* out) {
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  for (size_t first = 0; first < bytes; first += kChunkBytes) {
+    const size_t n = std::min(kChunkBytes, bytes - first);
+    std::memcpy(slot(rank_), src + first, n);
+    barrier();  // every rank's piece is in its slot
+    for (int r = 0; r < size_; ++r) {
+      unsigned char* to = dst + static_cast<size_t>(r) * bytes + first;
+      if (r != rank_)
+        std::memcpy(to, slot(r), n);
+      else if (to != src + first)
+        std::memmove(to, src + first, n);
+    }
+    barrier();  // everyone has read every slot
+  }
+}
+
 }  // namespace kiln::dist

@@ -1,9 +1,10 @@
-// All-reduce through shared memory for the ranks of a group that share one host: each rank
+// Collectives through shared memory for the ranks of a group that share one host. All-reduce: each rank
 // copies a chunk into its slot of a segment they all map, reduces its share of the chunk
 // across the slots into a result area, and copies the result back; three barriers per chunk
 // (a counter and a generation word, waited on with futexes). No sockets, no kernel copies: on
 // one machine this is the memory-bandwidth cost of the reduction and nothing else, so it also
-// leaves the cores to compute while data parallel overlaps it with backward.
+// leaves the cores to compute while data parallel overlaps it with backward. Broadcast,
+// reduce-scatter and all-gather (ZeRO's collectives) use the same segment and barriers.
 //
 // `create` is collective. It returns null (and the group uses Gloo's TCP all-reduce) unless
 // every rank is on the same node (node_identity.h) and every rank could map the segment; KILN_SHM_ALLREDUCE=0
@@ -40,6 +41,15 @@ class ShmAllreduce {
 
   /// Copies `bytes` of `root`'s data into every other rank's data.
   void broadcast(void* data, size_t bytes, int root);
+
+  /// `data` holds size() chunks of `count` elements each; chunk rank() becomes the reduction over
+  /// every rank's chunk rank(), in the all-reduce's order (so the same bits), and the other chunks
+  /// are left as they were. Two barriers per round, and each rank reads only its own column.
+  void reduce_scatter(void* data, size_t count, size_t elem_size, const ReduceFn& reduce);
+
+  /// Rank r's `bytes` of `in` land at `out` + r * `bytes` on every rank (`in` may be that very
+  /// part of `out`). Two barriers per round of kChunkBytes per rank.
+  void allgather(const void* in, size_t bytes, void* out);
 
   static constexpr size_t kChunkBytes = size_t{4} << 20;
 

@@ -90,7 +90,7 @@ TEST_CASE("allreduce over Gloo's TCP ring too (shared memory turned off), 3 rank
   test::require_all_ok(results);
 }
 
-TEST_CASE("shared-memory allreduce across chunk boundaries, with 5 ranks") {
+TEST_CASE("shared-memory all-reduce, reduce-scatter, all-gather and broadcast across round boundaries, with 5 ranks") {
   // 4 MiB chunks: 1M + 3 floats spans two chunks unevenly; 5 ranks split each chunk unevenly.
   auto results = test::run_ranks(5, [](int rank, int world) {
     auto pg = dist::init_process_group();
@@ -102,6 +102,33 @@ TEST_CASE("shared-memory allreduce across chunk boundaries, with 5 ranks") {
         pg->allreduce(t, ReduceOp::kSum)->wait();
         expect_equal(t, reduce_expected(world, n, dt, ReduceOp::kSum), fmt::format("shm allreduce n={} {}", n, dt));
       }
+    // ZeRO's in-place reduce-scatter: a round moves 4 MiB / (8 bytes x 5 ranks) = 104857 f64 of each
+    // chunk, so 2 x 104857 + 3 takes three rounds, the last of 3 elements. Chunk c of rank r's input
+    // holds rank_values(r + c); chunk `rank` becomes the sum over r, the other chunks stay as they were.
+    for (int64_t chunk : {int64_t{1}, int64_t{2} * 104857 + 3})
+      for (DType dt : {kFloat64, kInt64, kBFloat16}) {
+        Tensor in = empty({world * chunk}, dtype(dt));
+        for (int c = 0; c < world; ++c) in.narrow(0, c * chunk, chunk).copy_(rank_values(rank + c, chunk, dt));
+        Tensor before = in.clone();
+        pg->reduce_scatter_tensor(in.narrow(0, rank * chunk, chunk), in, ReduceOp::kSum)->wait();
+        Tensor want = zeros({chunk}, dtype(kFloat64));
+        for (int src = 0; src < world; ++src) want = want + rank_values(src + rank, chunk, kFloat64);
+        for (int c = 0; c < world; ++c)
+          expect_equal(in.narrow(0, c * chunk, chunk), c == rank ? want : before.narrow(0, c * chunk, chunk),
+                       fmt::format("shm reduce_scatter_tensor chunk={} {} slot {}", chunk, dt, c));
+      }
+    // All-gather of 4 MiB + 24 bytes per rank (two rounds), the input being this rank's part of the output.
+    const int64_t part = (int64_t{1} << 19) + 3;
+    Tensor all = zeros({world * part}, dtype(kFloat64));
+    all.narrow(0, rank * part, part).copy_(rank_values(rank, part, kFloat64));
+    pg->allgather_into_tensor(all, all.narrow(0, rank * part, part))->wait();
+    for (int r = 0; r < world; ++r)
+      expect_equal(all.narrow(0, r * part, part), rank_values(r, part, kFloat64),
+                   fmt::format("shm allgather_into_tensor slot {}", r));
+    // Broadcast from rank 3 across two 4 MiB rounds.
+    Tensor b = rank_values(rank, part, kFloat64);
+    pg->broadcast(b, 3)->wait();
+    expect_equal(b, rank_values(3, part, kFloat64), "shm broadcast");
   }, 120, "allreduce_shm5");
   test::require_all_ok(results);
 }
@@ -189,49 +216,57 @@ TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) o
   }
 }
 
-TEST_CASE("broadcast, reduce, allgather, reduce_scatter, send/recv and barrier on 3 ranks") {
-  auto results = test::run_ranks(3, [](int rank, int world) {
-    auto pg = dist::init_process_group();
-    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} << 20}) {
-      // broadcast from a non-zero root
-      Tensor b = rank_values(rank, n, kFloat32);
-      pg->broadcast(b, 1)->wait();
-      expect_equal(b, rank_values(1, n, kFloat32), fmt::format("broadcast n={}", n));
+TEST_CASE("broadcast, reduce, allgather, reduce_scatter, send/recv and barrier on 3 ranks, shared memory and TCP") {
+  for (bool shm : {true, false}) {
+    auto results = test::run_ranks(3, [shm](int rank, int world) {
+      setenv("KILN_SHM_ALLREDUCE", shm ? "1" : "0", 1);
+      setenv("KILN_SHM_P2P", shm ? "1" : "0", 1);
+      auto pg = dist::init_process_group();
+      auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
+      expect(gloo != nullptr && gloo->uses_shared_memory() == shm, "shared memory in use: {}, wanted {}",
+             gloo && gloo->uses_shared_memory(), shm);
+      for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} << 20}) {
+        // broadcast from a non-zero root
+        Tensor b = rank_values(rank, n, kFloat32);
+        pg->broadcast(b, 1)->wait();
+        expect_equal(b, rank_values(1, n, kFloat32), fmt::format("broadcast n={}", n));
 
-      // reduce to root 2: only the root's tensor changes
-      Tensor r = rank_values(rank, n, kFloat64);
-      pg->reduce(r, 2, ReduceOp::kMax)->wait();
-      expect_equal(r, rank == 2 ? reduce_expected(world, n, kFloat64, ReduceOp::kMax) : rank_values(rank, n, kFloat64),
-                   fmt::format("reduce n={}", n));
+        // reduce to root 2: only the root's tensor changes
+        Tensor r = rank_values(rank, n, kFloat64);
+        pg->reduce(r, 2, ReduceOp::kMax)->wait();
+        Tensor want_r =
+            rank == 2 ? reduce_expected(world, n, kFloat64, ReduceOp::kMax) : rank_values(rank, n, kFloat64);
+        expect_equal(r, want_r, fmt::format("reduce n={}", n));
 
-      // allgather
-      std::vector<Tensor> outs;
-      for (int i = 0; i < world; ++i) outs.push_back(zeros({n}, dtype(kInt64)));
-      pg->allgather(outs, rank_values(rank, n, kInt64))->wait();
-      for (int i = 0; i < world; ++i)
-        expect_equal(outs[i], rank_values(i, n, kInt64), fmt::format("allgather n={} slot {}", n, i));
+        // allgather
+        std::vector<Tensor> outs;
+        for (int i = 0; i < world; ++i) outs.push_back(zeros({n}, dtype(kInt64)));
+        pg->allgather(outs, rank_values(rank, n, kInt64))->wait();
+        for (int i = 0; i < world; ++i)
+          expect_equal(outs[i], rank_values(i, n, kInt64), fmt::format("allgather n={} slot {}", n, i));
 
-      // reduce_scatter: input i of every rank is rank_values(rank + i)
-      std::vector<Tensor> ins;
-      for (int i = 0; i < world; ++i) ins.push_back(rank_values(rank + i, n, kFloat32));
-      Tensor out = zeros({n}, dtype(kFloat32));
-      pg->reduce_scatter(out, ins, ReduceOp::kSum)->wait();
-      Tensor want = zeros({n}, dtype(kFloat64));
-      for (int src = 0; src < world; ++src) want = want + rank_values(src + rank, n, kFloat64);
-      expect_equal(out, want.to(kFloat32), fmt::format("reduce_scatter n={}", n));
+        // reduce_scatter: input i of every rank is rank_values(rank + i)
+        std::vector<Tensor> ins;
+        for (int i = 0; i < world; ++i) ins.push_back(rank_values(rank + i, n, kFloat32));
+        Tensor out = zeros({n}, dtype(kFloat32));
+        pg->reduce_scatter(out, ins, ReduceOp::kSum)->wait();
+        Tensor want = zeros({n}, dtype(kFloat64));
+        for (int src = 0; src < world; ++src) want = want + rank_values(src + rank, n, kFloat64);
+        expect_equal(out, want.to(kFloat32), fmt::format("reduce_scatter n={}", n));
 
-      // a ring of sends and receives, both in flight at once
-      Tensor sent = rank_values(rank, n, kFloat32);
-      Tensor got = zeros({n}, dtype(kFloat32));
-      auto s = pg->send(sent, (rank + 1) % world, 7);
-      auto q = pg->recv(got, (rank + world - 1) % world, 7);
-      s->wait();
-      q->wait();
-      expect_equal(got, rank_values((rank + world - 1) % world, n, kFloat32), fmt::format("send/recv n={}", n));
-    }
-    pg->barrier()->wait();
-  }, 300, "collectives");
-  test::require_all_ok(results);
+        // a ring of sends and receives, both in flight at once
+        Tensor sent = rank_values(rank, n, kFloat32);
+        Tensor got = zeros({n}, dtype(kFloat32));
+        auto s = pg->send(sent, (rank + 1) % world, 7);
+        auto q = pg->recv(got, (rank + world - 1) % world, 7);
+        s->wait();
+        q->wait();
+        expect_equal(got, rank_values((rank + world - 1) % world, n, kFloat32), fmt::format("send/recv n={}", n));
+      }
+      pg->barrier()->wait();
+    }, 300, shm ? "collectives_shm" : "collectives_tcp");
+    test::require_all_ok(results);
+  }
 }
 
 TEST_CASE("asynchronous collectives complete in issue order and report their sequence numbers") {
