@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/cli.h"
+#include "distributed/pipeline_schedule.h"
 #include "examples/gpt_trainer.h"
 
 using namespace kiln;
@@ -16,7 +17,8 @@ struct Flags {
   std::string device = "cpu";
   int64_t vocab = 256;
   CLI::Option *n_layer = nullptr, *n_head = nullptr, *n_embd = nullptr, *block = nullptr, *vocab_opt = nullptr,
-              *model = nullptr, *micro = nullptr, *schedule = nullptr;
+              *model = nullptr, *micro = nullptr, *schedule = nullptr,
+              *virtual_stages = nullptr;
   int64_t layers = 0, heads = 0, embd = 0, block_size = 0;
 
   void declare(CLI::App& app) {
@@ -71,8 +73,12 @@ struct Flags {
                            "pipeline: micro-batches per --batch-size batch (it must divide by them)")
                 ->check(cli::range(1, 1 << 16));
     schedule = app.add_option("--pipeline-schedule,--schedule", c.pipeline_schedule,
-                              "pipeline: gpipe (all forwards, then all backwards) or 1f1b (bounded memory)")
-                   ->check(cli::one_of({"gpipe", "1f1b"}));
+                              "pipeline: gpipe (all forwards, then all backwards), 1f1b (bounded memory) or "
+                              "interleaved (1f1b over --virtual-stages chunks per rank: a smaller bubble)")
+                   ->check(cli::one_of({"gpipe", "1f1b", "interleaved"}));
+    virtual_stages = app.add_option("--virtual-stages", c.virtual_stages,
+                                    "pipeline, --pipeline-schedule interleaved: model chunks per rank (at least 2)")
+                         ->check(cli::range(1, 64));
     app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks")
         ->check(cli::range(0, 1));
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
@@ -86,6 +92,23 @@ struct Flags {
     app.add_option("--prompt", c.prompt, "text the sample continues");
     app.add_option("--peak-tflops", c.peak_tflops, "the device's peak for MFU (default: derived for the CPU)")
         ->check(cli::range(0.0, 1e6));
+  }
+
+  /// The schedule's and the split's counts, checked before any rank starts; an error message or "".
+  std::string check_pipeline() const {
+    const int p = c.pipeline_stages, v = c.virtual_stages;
+    if (p < 2) return {};
+    try {
+      kiln::dist::check_schedule(kiln::dist::parse_schedule(c.pipeline_schedule), p, c.micro_batches, v);
+    } catch (const std::exception& e) {
+      return fmt::format("--pipeline-schedule {} --virtual-stages {}: {}", c.pipeline_schedule, v, e.what());
+    }
+    if (static_cast<int64_t>(p) * v > c.gpt.n_layer + 2)
+      return fmt::format("--pipeline-stages {}{}: the GPT has only {} layers (embedding, {} blocks, head; each {} "
+                         "needs at least one)",
+                         p, v > 1 ? fmt::format(" x --virtual-stages {}", v) : "", c.gpt.n_layer + 2, c.gpt.n_layer,
+                         v > 1 ? "virtual stage" : "stage");
+    return {};
   }
 
   /// The shape from --model, then the explicit shape flags; an error message or "".
@@ -106,8 +129,9 @@ struct Flags {
     if (!c.init_from_hf.empty() && (vocab_opt->count() || n_layer->count() || n_head->count() || n_embd->count()))
       return "--init-from-hf takes the model's shape from its config.json: drop the shape flags";
     if (!c.init_from_hf.empty()) c.model = "hf";
-    for (CLI::Option* o : {micro, schedule})
+    for (CLI::Option* o : {micro, schedule, virtual_stages})
       if (o->count() > 0 && c.pipeline_stages < 2) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
+    if (std::string problem = check_pipeline(); !problem.empty()) return problem;
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);

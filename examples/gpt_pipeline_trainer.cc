@@ -36,8 +36,10 @@ void check_flags(const TrainConfig& c) {
   KILN_CHECK(c.ddp ? n % p == 0 : n == p, "--pipeline-stages {}: {} ranks started; {}", p, n,
              c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", p)
                    : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", p));
-  KILN_CHECK(p <= c.gpt.n_layer + 2, "--pipeline-stages {}: the GPT has only {} layers (embedding, {} blocks, head)", p,
-             c.gpt.n_layer + 2, c.gpt.n_layer);
+  dist::check_schedule(dist::parse_schedule(c.pipeline_schedule), p, c.micro_batches, c.virtual_stages);
+  KILN_CHECK(static_cast<int64_t>(p) * c.virtual_stages <= c.gpt.n_layer + 2,
+             "--pipeline-stages {} x --virtual-stages {}: the GPT has only {} layers (embedding, {} blocks, head)", p,
+             c.virtual_stages, c.gpt.n_layer + 2, c.gpt.n_layer);
   KILN_CHECK(c.batch_size % c.micro_batches == 0, "--batch-size {} does not split into --micro-batches {}",
              c.batch_size, c.micro_batches);
 }
@@ -93,6 +95,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   dist::PipelineOptions o;
   o.micro_batches = c.micro_batches;
   o.schedule = dist::parse_schedule(c.pipeline_schedule);
+  o.virtual_stages = c.virtual_stages;
   o.device = c.device;
   if (replicas > 1) o.data_parallel_group = groups.data;  // gradients averaged over the replicas
   dist::Pipeline pipe(gpt_layers(*model), groups.pipeline, o);
@@ -115,10 +118,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
   if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
   out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; pipeline: {} stages ({}), "
-                     "{} micro-batches, {}, layers {} (embedding, blocks, head); {} tokens per step = {} x {} tokens "
+                     "{} micro-batches, {}{}, layers {} (embedding, blocks, head); {} tokens per step = {} x {} tokens "
                      "x {} micro-steps{}\n",
                      c.model, n_layer, c.gpt.n_head, c.gpt.n_embd, c.gpt.vocab_size, r.params / 1e6,
-                     pipe.num_stages(), pg->backend(), c.micro_batches, c.pipeline_schedule, fmt::join(pipe.boundaries(), ","), budget,
+                     pipe.num_stages(), pg->backend(), c.micro_batches, c.pipeline_schedule,
+                     c.virtual_stages > 1 ? fmt::format(" x {} virtual stages", c.virtual_stages) : "",
+                     fmt::join(pipe.boundaries(), ","), budget,
                      c.batch_size, t, accum,
                      replicas > 1 ? fmt::format(" x {} data-parallel replicas", replicas) : "");
 

@@ -303,6 +303,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"threads", get_num_threads()},
       {"world_size", r.world_size},
       {"pipeline_stages", c.pipeline_stages},
+      {"virtual_stages", c.pipeline_stages > 1 ? c.virtual_stages : 1},
       {"zero", c.zero},
       {"amp", c.amp},
       {"steps", r.steps_done},

@@ -47,6 +47,7 @@ struct TrainConfig {
   int pipeline_stages = 1;          // > 1: one rank per stage (gpt_pipeline.h)
   int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
   std::string pipeline_schedule = "1f1b";
+  int virtual_stages = 1;            // --pipeline-schedule interleaved: model chunks per rank
   /// ZeRO stage under `ddp`: 0 (off) or 1 (dist::ZeroRedundancyOptimizer: each rank keeps the AdamW
   /// state of 1/N of the parameters; gradients reduce-scattered, parameters all-gathered). Its
   /// checkpoints are consolidated: a plain --ddp run resumes them and vice versa.

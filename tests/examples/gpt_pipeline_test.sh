@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPT trainer pipeline-parallel under the launcher (--pipeline-stages): a tiny GPT (2 blocks,
 # width 32, 16 positions) trained 4 steps in 2 stages (GPipe and 1F1B, 2 and 4 micro-batches) and
-# in 3 stages ends with the one-process run's weights (merged checkpoint, the GPT's names, one
-# wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
+# in 3 stages, and interleaved over 2 x 2 virtual stages, ends with the one-process run's weights
+# (merged checkpoint, the GPT's names, one wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
 # accumulation matches too. The same under --amp bf16 and f16 (a skipped step skipped on every
 # stage), --activation-checkpointing,
 # --init-from-hf/--save-hf and --ddp (stages x replicas), and runs stopped and resumed (into the
@@ -45,6 +45,26 @@ for spec in "2 gpipe 2" "2 1f1b 4" "2 gpipe 4" "3 1f1b 4"; do
   [[ "$(json "$out")" == *"\"pipeline_stages\":$p"* ]] || fail "the JSON line does not record the stages"
   compare "$p stages $sched m=$m" "$one" "$dir/one.safetensors" "$out" "$dir/p$p$sched$m.safetensors"
 done
+
+# Interleaved 1F1B, 2 stages x 2 virtual stages: rank 0 runs the embedding and block 1, rank 1
+# block 0 and the head (the tie still joins ranks 0 and 1). m = 2 and 4 end at one process's
+# weights; a run stopped after 2 steps in this split resumes in plain 1F1B and ends where the
+# uninterrupted GPipe run does, bit for bit (the merged checkpoint keeps the GPT's names).
+for m in 2 4; do
+  out=$(pipe 2 "$m" --schedule interleaved --virtual-stages 2 --save "$dir/il$m.safetensors") ||
+    { fail "interleaved m=$m exited: $out"; continue; }
+  echo "2 stages x 2 virtual, interleaved, m=$m: $(json "$out")"
+  [[ "$out" == *"pipeline: 2 stages (gloo), $m micro-batches, interleaved x 2 virtual stages, layers 0,1,2,3,4"* ]] ||
+    fail "interleaved m=$m: no banner with the virtual stages and the 4 one-layer chunks: $out"
+  [[ "$(json "$out")" == *'"virtual_stages":2'* ]] || fail "interleaved m=$m: the JSON line does not record them"
+  compare "interleaved m=$m" "$one" "$dir/one.safetensors" "$out" "$dir/il$m.safetensors"
+done
+pipe 2 2 --schedule interleaved --virtual-stages 2 --stop-after-steps 2 --save "$dir/ilhalf.safetensors" >/dev/null ||
+  fail "stopped interleaved run exited $?"
+pipe 2 2 --schedule 1f1b --resume "$dir/ilhalf.safetensors" --save "$dir/ilres.safetensors" >/dev/null ||
+  fail "1F1B resuming the interleaved run exited $?"
+python3 "$diff_py" "$dir/p2gpipe2.safetensors" "$dir/ilres.safetensors" --tol 0 ||
+  fail "interleaved stopped and resumed in 1F1B: the weights differ from the uninterrupted run's"
 
 # Gradient accumulation: 2 pipeline batches of 4 per optimizer step, as one process accumulates.
 acc1=$("$gpt" "${common[@]}" --total-batch-tokens 128 --save "$dir/acc1.safetensors" 2>&1) || fail "accumulating one process exited $?"
@@ -182,6 +202,12 @@ expect_error() {  # expect_error <label> <wanted text> <command...>
 }
 expect_error "no launcher" "--pipeline-stages 2: WORLD_SIZE is not set" "$gpt" "${common[@]}" --pipeline-stages 2
 expect_error "micro-batches alone" "--micro-batches needs --pipeline-stages 2 or more" "$gpt" "${common[@]}" --micro-batches 2
+expect_error "virtual stages without interleaving" "pipeline schedule 1f1b: 2 virtual stages per rank need the interleaved schedule" \
+  "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 2 --virtual-stages 2
+expect_error "interleaved, m not a multiple of p" "3 micro-batches do not split into rounds of 2" \
+  "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 3 --schedule interleaved --virtual-stages 2
+expect_error "more virtual stages than layers" "--pipeline-stages 2 x --virtual-stages 3: the GPT has only 4 layers" \
+  "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 2 --schedule interleaved --virtual-stages 3
 expect_error "uneven split" "--batch-size 4 does not split into --micro-batches 3" \
   "$launch" --nproc-per-node 2 -- "$gpt" "${common[@]}" --pipeline-stages 2 --micro-batches 3
 expect_error "resume with another --amp" "trained with mixed precision 'none' but this run uses 'bf16/o1'" \
