@@ -8,11 +8,14 @@
 // optimizer; the slowest rank's), the compute input of //bench:scaling_model. A fourth times the
 // ZeRO-1 step (dist::ZeroRedundancyOptimizer over the same SGD: gradients reduce-scattered during
 // backward, the optimizer on this rank's shard, parameters all-gathered), on a copy of the model.
-// Modes alternate in blocks so drifts hit all alike; the median block is reported. Rank 0 prints;
-// the last line is JSON.
-//   tools/bazel run //bench:ddp_bench [-- --nproc 2 --steps 20 --blocks 5]
+// Modes alternate in blocks so drifts hit all alike; the median block is reported. A block runs
+// at least --steps steps and at least --min-block-ms (the small MLP's 2-3 ms steps would otherwise
+// be timed over a few tens of ms, at the mercy of one scheduler hiccup). Rank 0 prints; the last
+// line is JSON.
+//   tools/bazel run //bench:ddp_bench [-- --nproc 2 --steps 20 --blocks 5 --min-block-ms 200]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -45,15 +48,15 @@ struct Mode {
   double step = 0, comm = 0, exposed = 0;
 };
 
-void run(int steps, int blocks, bool bucket_view) {
+void run(int min_steps, double min_block_ms, int blocks, bool bucket_view) {
   auto pg = dist::init_process_group();
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (pg->rank() == 0) {
     fmt::print("DDP step time, {} ranks x 1 thread, Gloo on 127.0.0.1, batch 128 per rank, SGD; median of {} blocks "
-               "of {} steps; gradient_as_bucket_view {}\n",
-               pg->size(), blocks, steps, bucket_view ? "on" : "off");
-    fmt::print("{:9} {:>9} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n", "model", "grad MB", "overlap ms",
-               "after-bwd ms", "speedup", "comm ms", "exposed", "hidden", "alone ms", "zero ms");
+               "of at least {} steps and {} ms; gradient_as_bucket_view {}\n",
+               pg->size(), blocks, min_steps, min_block_ms, bucket_view ? "on" : "off");
+    fmt::print("{:9} {:>9} {:>6} {:>11} {:>12} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9}\n", "model", "grad MB", "steps",
+               "overlap ms", "after-bwd ms", "speedup", "comm ms", "exposed", "hidden", "alone ms", "zero ms");
   }
   for (std::string name : {"mlp", "cnn", "wide_mlp"}) {
     manual_seed(0);
@@ -74,6 +77,18 @@ void run(int steps, int blocks, bool bucket_view) {
     Tensor y = randint(0, 10, {128});
     double grad_mb = static_cast<double>(model->num_parameters()) * 4 / (1 << 20);
 
+    // Steps per block: enough for --min-block-ms at the overlapped step's pace (3 steps after a
+    // first, untimed one; the slowest rank's), the same on every rank.
+    double t_warm = 0;
+    for (int s = 0; s < 4; ++s) {
+      if (s == 1) t_warm = now_s();
+      opt.zero_grad();
+      nn::functional::cross_entropy(overlapped(x), y).backward();
+      opt.step();
+    }
+    Tensor pace = full({1}, (now_s() - t_warm) / 3 * 1e3, dtype(kFloat64));
+    pg->allreduce(pace, dist::ReduceOp::kMax)->wait();
+    const int steps = std::max(min_steps, static_cast<int>(std::ceil(min_block_ms / pace.item<double>())));
     std::vector<double> step[2], comm[2], exposed[2], zero_step;
     std::vector<bench::StepProfile> compute;  // per block: the model alone, no communication
     // One timed block of a mode: a warm-up step (and the other modes' caches out of the way), the
@@ -122,11 +137,12 @@ void run(int steps, int blocks, bool bucket_view) {
     const bench::StepProfile alone = bench::slowest_rank(bench::median_profile(compute), *pg);
     if (pg->rank() == 0) {
       double hidden = o.comm > 0 ? 1 - o.exposed / o.comm : 0;
-      fmt::print("{:9} {:9.2f} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}% {:9.2f} {:9.2f}\n", name, grad_mb,
-                 o.step, a.step, a.step / o.step, o.comm, o.exposed, 100 * hidden,
+      fmt::print("{:9} {:9.2f} {:6} {:11.2f} {:12.2f} {:8.2f}x {:10.2f} {:9.2f} {:7.0f}% {:9.2f} {:9.2f}\n", name,
+                 grad_mb, steps, o.step, a.step, a.step / o.step, o.comm, o.exposed, 100 * hidden,
                  (alone.forward_s + alone.backward_s + alone.optimizer_s) * 1e3, median(zero_step));
       results.push_back({{"model", name},
                          {"grad_mb", grad_mb},
+                         {"steps_per_block", steps},
                          {"overlap_step_ms", o.step},
                          {"after_backward_step_ms", a.step},
                          {"speedup", a.step / o.step},
@@ -151,19 +167,23 @@ void run(int steps, int blocks, bool bucket_view) {
 
 int main(int argc, char** argv) {
   int nproc = 2, steps = 20, blocks = 5;
+  double min_block_ms = 200;
   bool bucket_view = true;
   cli::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
   app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
-  app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--steps", steps, "at least this many steps per timed block")->check(cli::range(1, 1000000));
+  app.add_option("--min-block-ms", min_block_ms, "and at least this long per timed block (0: --steps alone)")
+      ->check(cli::range(0.0, 1e6));
   app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")->check(cli::range(1, 10000));
   app.add_option("--gradient-as-bucket-view", bucket_view,
                  "1: each .grad a view of its bucket (no copy back; the default); 0: copied in and out");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (dist::launched_with_world()) {
-    run(steps, blocks, bucket_view);
+    run(steps, min_block_ms, blocks, bucket_view);
     return 0;
   }
-  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(steps, blocks, bucket_view); }, {.timeout_s = 1200});
+  auto results = dist::run_local_ranks(
+      nproc, [&](int, int) { run(steps, min_block_ms, blocks, bucket_view); }, {.timeout_s = 1200});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "ddp_bench: rank %zu failed\n", r);
