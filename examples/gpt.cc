@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "core/cli.h"
-#include "distributed/pipeline_schedule.h"
+#include "examples/pipeline_flags.h"
 #include "examples/gpt_trainer.h"
 
 using namespace kiln;
@@ -72,13 +72,10 @@ struct Flags {
     micro = app.add_option("--micro-batches", c.micro_batches,
                            "pipeline: micro-batches per --batch-size batch (it must divide by them)")
                 ->check(cli::range(1, 1 << 16));
-    schedule = app.add_option("--pipeline-schedule,--schedule", c.pipeline_schedule,
-                              "pipeline: gpipe (all forwards, then all backwards), 1f1b (bounded memory) or "
-                              "interleaved (1f1b over --virtual-stages chunks per rank: a smaller bubble)")
-                   ->check(cli::one_of({"gpipe", "1f1b", "interleaved"}));
-    virtual_stages = app.add_option("--virtual-stages", c.virtual_stages,
-                                    "pipeline, --pipeline-schedule interleaved: model chunks per rank (at least 2)")
-                         ->check(cli::range(1, 64));
+    const examples::PipelineScheduleOptions schedule_options = examples::add_pipeline_schedule_options(
+        app, "--pipeline-schedule,--schedule", c.pipeline_schedule, c.virtual_stages);
+    schedule = schedule_options.schedule;
+    virtual_stages = schedule_options.virtual_stages;
     app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks")
         ->check(cli::range(0, 1));
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
@@ -92,23 +89,6 @@ struct Flags {
     app.add_option("--prompt", c.prompt, "text the sample continues");
     app.add_option("--peak-tflops", c.peak_tflops, "the device's peak for MFU (default: derived for the CPU)")
         ->check(cli::range(0.0, 1e6));
-  }
-
-  /// The schedule's and the split's counts, checked before any rank starts; an error message or "".
-  std::string check_pipeline() const {
-    const int p = c.pipeline_stages, v = c.virtual_stages;
-    if (p < 2) return {};
-    try {
-      kiln::dist::check_schedule(kiln::dist::parse_schedule(c.pipeline_schedule), p, c.micro_batches, v);
-    } catch (const std::exception& e) {
-      return fmt::format("--pipeline-schedule {} --virtual-stages {}: {}", c.pipeline_schedule, v, e.what());
-    }
-    if (static_cast<int64_t>(p) * v > c.gpt.n_layer + 2)
-      return fmt::format("--pipeline-stages {}{}: the GPT has only {} layers (embedding, {} blocks, head; each {} "
-                         "needs at least one)",
-                         p, v > 1 ? fmt::format(" x --virtual-stages {}", v) : "", c.gpt.n_layer + 2, c.gpt.n_layer,
-                         v > 1 ? "virtual stage" : "stage");
-    return {};
   }
 
   /// The shape from --model, then the explicit shape flags; an error message or "".
@@ -131,7 +111,12 @@ struct Flags {
     if (!c.init_from_hf.empty()) c.model = "hf";
     for (CLI::Option* o : {micro, schedule, virtual_stages})
       if (o->count() > 0 && c.pipeline_stages < 2) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
-    if (std::string problem = check_pipeline(); !problem.empty()) return problem;
+    if (c.pipeline_stages > 1)  // the layers: embedding, blocks, head
+      if (std::string problem = examples::pipeline_split_problem(c.pipeline_schedule, c.pipeline_stages,
+                                                                 c.micro_batches, c.virtual_stages, c.gpt.n_layer + 2,
+                                                                 "GPT");
+          !problem.empty())
+        return problem;
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);

@@ -3,8 +3,8 @@
 
 #include "core/matmul_precision.h"
 #include "examples/graph_step.h"
-#include "distributed/pipeline_schedule.h"
 #include "examples/models.h"
+#include "examples/pipeline_flags.h"
 
 namespace kiln::examples {
 
@@ -65,13 +65,10 @@ void MnistFlags::declare(CLI::App& app) {
                                  "pipeline: micro-batches per batch (--batch-size must divide by it)")
                       ->check(cli::range(1, 4096));
   // --schedule already names the learning-rate schedule.
-  pipeline_schedule = app.add_option("--pipeline-schedule", c.pipeline_schedule,
-                                     "pipeline: gpipe (all forwards, then all backwards), 1f1b (bounded memory) or "
-                                     "interleaved (1f1b over --virtual-stages chunks per rank: a smaller bubble)")
-                          ->check(cli::one_of({"gpipe", "1f1b", "interleaved"}));
-  virtual_stages = app.add_option("--virtual-stages", c.virtual_stages,
-                                  "pipeline, --pipeline-schedule interleaved: model chunks per rank (at least 2)")
-                       ->check(cli::range(1, 16));
+  const PipelineScheduleOptions schedule_options =
+      add_pipeline_schedule_options(app, "--pipeline-schedule", c.pipeline_schedule, c.virtual_stages);
+  pipeline_schedule = schedule_options.schedule;
+  virtual_stages = schedule_options.virtual_stages;
   pipeline_balance = app.add_option("--pipeline-balance", c.pipeline_balance,
                                     "pipeline: cut the stages to equal parameter counts or equal measured forward time")
                          ->check(cli::one_of({"params", "time"}));
@@ -117,19 +114,9 @@ std::string MnistFlags::check_pipeline() const {
       if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
   if (p == 1) return {};
   const int64_t layers = static_cast<int64_t>(make_model(c.model)->size());
-  if (p > layers)
-    return fmt::format("--pipeline-stages {}: the {} has only {} layers (each stage needs at least one)", p, c.model,
-                       layers);
-  try {
-    dist::check_schedule(dist::parse_schedule(c.pipeline_schedule), p, m, c.virtual_stages);
-  } catch (const std::exception& e) {
-    return fmt::format("--pipeline-schedule {} --virtual-stages {}: {}", c.pipeline_schedule, c.virtual_stages,
-                       e.what());
-  }
-  if (static_cast<int64_t>(p) * c.virtual_stages > layers)
-    return fmt::format("--pipeline-stages {} x --virtual-stages {}: the {} has only {} layers (each virtual stage "
-                       "needs at least one)",
-                       p, c.virtual_stages, c.model, layers);
+  if (std::string problem = pipeline_split_problem(c.pipeline_schedule, p, m, c.virtual_stages, layers, c.model);
+      !problem.empty())
+    return problem;
   if (c.batch_size % m != 0)
     return fmt::format("--batch-size {} does not split into --micro-batches {} (make it a multiple)", c.batch_size,
                        m);
