@@ -123,15 +123,15 @@ void ShmAllreduce::barrier() {
   while (h.generation.load(std::memory_order_acquire) == gen) {
     if (int32_t by = h.aborted_by.load(std::memory_order_acquire); by != 0)
       KILN_DIST_FAIL(PeerError,
-                     "shared-memory all-reduce: rank {} of this node gave up (its part of the collective failed)",
+                     "shared-memory collective: rank {} of this node gave up (its part of the collective failed)",
                      by - 1);
     if (std::chrono::steady_clock::now() > deadline)
-      KILN_DIST_FAIL(TimeoutError, "shared-memory all-reduce: rank {} waited {} ms at a barrier for the other ranks",
+      KILN_DIST_FAIL(TimeoutError, "shared-memory collective: rank {} waited {} ms at a barrier for the other ranks",
                      rank_, timeout_.count());
     // A peer that died will never come: say so now rather than at the timeout.
     for (int r = 0; r < size_; ++r)
       if (r != rank_ && kill(pids(base_)[r], 0) != 0 && errno == ESRCH)
-        KILN_DIST_FAIL(PeerError, "shared-memory all-reduce: rank {} (pid {}) has exited", r, pids(base_)[r]);
+        KILN_DIST_FAIL(PeerError, "shared-memory collective: rank {} (pid {}) has exited", r, pids(base_)[r]);
     const timespec tick{0, 10'000'000};  // wake up now and then to look at the clock
     futex(&h.generation, FUTEX_WAIT, gen, &tick);
   }
