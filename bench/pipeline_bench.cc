@@ -1,6 +1,7 @@
 // Pipeline-parallel step time and bubble over the number of micro-batches, GPipe, 1F1B and
-// interleaved 1F1B (v virtual stages per rank, for m a multiple of p), on p real processes (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512,
-// 512) + Tanh) split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
+// interleaved 1F1B (v virtual stages per rank, for m a multiple of p), on p real processes
+// (127.0.0.1, Gloo, one compute thread each): an MLP of 16 layers (8 x Linear(512, 512) + Tanh)
+// split by parameter count, 32 rows per micro-batch (so a step does m micro-batches'
 // work). The measured bubble is the share of the pipeline's step (the longest stage's
 // train_step) a stage spends not computing (forward and backward), averaged over stages, beside
 // the ideal (p-1)/(m+p-1) of equal stages ((p-1)/(v*m+p-1) interleaved) and the "model" bubble:

@@ -244,7 +244,7 @@ void Pipeline::negotiate(const std::vector<Tensor>& inputs, const std::vector<Te
         for (int64_t d = 0; d < out.dim(); ++d) hv[4 + d] = out.size(d);
       }
       // Into the next virtual stage: chunk 0 of the next rank takes it as its step header.
-      pg_->send(h.to(comm), next_rank(), kHeaderTag + (k + 1) / p)->wait();
+      pg_->send(h.to(comm), next_rank(), kHeaderTag + chunk_of(k + 1))->wait();
     }
   }
   // Every stage learns every failure, so all of them throw rather than wait on a stopped peer.
@@ -383,7 +383,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       stats_.forward_seconds += took;
       stats_.chunk_forward_seconds[a.chunk] += took;
       if (k < last)
-        sends.push_back({pg_->send(out.detach(), next_rank(), activation_tag(a.micro, (k + 1) / p, v)), next_rank(),
+        sends.push_back({pg_->send(out.detach(), next_rank(), activation_tag(a.micro, chunk_of(k + 1), v)), next_rank(),
                          a.micro, "sending the activation"});
       stats_.peak_activations = std::max(stats_.peak_activations, ++stats_.live_activations);
     } else {
@@ -402,7 +402,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
         const ChunkIO& io = io_[a.chunk];
         Tensor g = mb.input.grad();
         if (!g.defined()) g = zeros(io.in_shape, dtype(io.in_dtype).device(options_.device));
-        sends.push_back({pg_->send(g, prev_rank(), kGradTag + activation_tag(a.micro, (k - 1) / p, v)), prev_rank(),
+        sends.push_back({pg_->send(g, prev_rank(), kGradTag + activation_tag(a.micro, chunk_of(k - 1), v)), prev_rank(),
                          a.micro, "sending the gradient"});
       }
       mb = Micro{};  // frees this micro-batch's activations

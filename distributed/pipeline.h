@@ -133,6 +133,8 @@ class Pipeline {
                  std::string err, const Tensor& header);
   /// Chunk c's virtual stage, and its neighbours' ranks.
   int virtual_stage(int chunk) const { return chunk * num_stages() + stage(); }
+  /// Which chunk of its rank virtual stage k is (where a message for it is tagged).
+  int chunk_of(int k) const { return k / num_stages(); }
   int num_virtual() const { return num_stages() * num_chunks(); }
   int prev_rank() const { return (stage() + num_stages() - 1) % num_stages(); }
   int next_rank() const { return (stage() + 1) % num_stages(); }

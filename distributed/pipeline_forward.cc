@@ -23,7 +23,7 @@ constexpr int kForwardTag = (1 << 21) + 2;
 }  // namespace
 
 Tensor Pipeline::forward(const Tensor& input) {
-  const int s = stage(), p = num_stages(), last = num_virtual() - 1;
+  const int s = stage(), last = num_virtual() - 1;
   const Device comm = comm_device();
   NoGradGuard no_grad;
   auto checked_wait = [&](const WorkPtr& w, const char* what, int peer) {
@@ -67,7 +67,7 @@ Tensor Pipeline::forward(const Tensor& input) {
       }
     }
     if (k < last) {
-      const int to = (k + 1) / p;  // the next virtual stage's chunk on its rank
+      const int to = chunk_of(k + 1);
       Tensor h = zeros({kHeaderLen}, kInt64);
       int64_t* v = h.data_ptr<int64_t>();
       v[0] = err.empty() ? 0 : 1;
