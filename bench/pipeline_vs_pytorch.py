@@ -3,9 +3,13 @@
 (bench/pytorch_pipeline.py) on the same model, split, micro-batches and machine, run one after
 the other: step time per schedule and micro-batch count, the ratio, and Kiln's measured bubble
 beside the ideal of equal stages and the model's (its measured stage times replayed through the
-schedule with free communication). PyTorch comes from the same environment as vs_pytorch.py; ends with one JSON line."""
+schedule with free communication). --rounds N runs Kiln, PyTorch, Kiln, ... N times each, so that
+the machine's drift over a run falls on both; each figure is then the median over the rounds and
+the speed-up the median of the rounds' ratios, printed with their range. PyTorch comes from the
+same environment as vs_pytorch.py; ends with one JSON line."""
 import argparse
 import json
+import statistics
 
 from vs_pytorch import last_json, torch_python
 
@@ -18,25 +22,40 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--micro", default="1,2,4,8,16")
     p.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank of the interleaved rows (1: none)")
+    p.add_argument("--rounds", type=int, default=1, help="Kiln and PyTorch alternately, this many times each")
     a = p.parse_args()
+    if a.rounds < 1:
+        p.error(f"--rounds: must be at least 1, got {a.rounds}")
     py, label = torch_python()
     common = ["--stages", str(a.stages), "--steps", str(a.steps), "--micro", a.micro,
               "--virtual-stages", str(a.virtual_stages)]
-    kiln = last_json([a.kiln_bin] + common)["results"]
-    torch = {(r["schedule"], r["micro_batches"]): r for r in last_json([py, a.pytorch_script] + common)["results"]}
-    print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps")
+    kiln_runs, torch_runs = [], []
+    for _ in range(a.rounds):
+        kiln_runs.append(last_json([a.kiln_bin] + common)["results"])
+        torch_runs.append({(r["schedule"], r["micro_batches"]): r
+                           for r in last_json([py, a.pytorch_script] + common)["results"]})
+    print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps"
+          + (f", median of {a.rounds} alternating rounds (speed-up range in brackets)" if a.rounds > 1 else ""))
     print(f"{'sched':13} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7} "
           f"{'model':>7}")
     rows = []
-    for k in kiln:
-        t = torch.get((k["schedule"], k["micro_batches"]), {})
-        t_ms = t.get("step_ms")
-        ratio = t_ms / k["step_ms"] if t_ms else None
-        rows.append({**k, "pytorch_step_ms": t_ms, "speedup": ratio, "pytorch_error": t.get("error")})
+    for i, k in enumerate(kiln_runs[0]):
+        ks = [run[i] for run in kiln_runs]
+        ts = [run.get((k["schedule"], k["micro_batches"]), {}) for run in torch_runs]
+        med = {f: statistics.median(r[f] for r in ks) for f in ("step_ms", "bubble", "model_bubble")}
+        t_ms = [t["step_ms"] for t in ts if t.get("step_ms")]
+        ratios = [t["step_ms"] / r["step_ms"] for r, t in zip(ks, ts) if t.get("step_ms")]
+        t_med = statistics.median(t_ms) if t_ms else None
+        ratio = statistics.median(ratios) if ratios else None
+        rows.append({**k, **med, "pytorch_step_ms": t_med, "speedup": ratio,
+                     "speedup_min": min(ratios) if ratios else None, "speedup_max": max(ratios) if ratios else None,
+                     "rounds": a.rounds, "step_ms_rounds": [r["step_ms"] for r in ks],
+                     "pytorch_step_ms_rounds": t_ms, "pytorch_error": ts[0].get("error")})
         sched = k["schedule"] if k["virtual_stages"] == 1 else f"{k['schedule']}/{k['virtual_stages']}"
-        print(f"{sched:13} {k['micro_batches']:3} {k['step_ms']:9.2f} "
-              f"{(f'{t_ms:9.2f}' if t_ms else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
-              f"{100 * k['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * k['model_bubble']:6.1f}%")
+        spread = f"  [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios and a.rounds > 1 else ""
+        print(f"{sched:13} {k['micro_batches']:3} {med['step_ms']:9.2f} "
+              f"{(f'{t_med:9.2f}' if t_med else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
+              f"{100 * med['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * med['model_bubble']:6.1f}%{spread}")
     print(json.dumps({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages, "results": rows}))
 
 
