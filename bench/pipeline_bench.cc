@@ -5,9 +5,11 @@
 // work). The measured bubble is the share of the pipeline's step (the longest stage's
 // train_step) a stage spends not computing (forward and backward), averaged over stages, beside
 // the ideal (p-1)/(m+p-1) of equal stages ((p-1)/(v*m+p-1) interleaved) and the "model" bubble:
-// the (virtual) stages' measured forward and backward times replayed through the schedule with
-// free communication
-// (dist::simulated_step_time), the idle share unequal stages cannot avoid.
+// the (virtual) stages' mean forward and backward times replayed through the schedule with free
+// communication (dist::simulated_step_time), the idle share unequal stages cannot avoid; and the
+// "replay" bubble: every action's own measured time replayed the same way
+// (dist::replayed_step_time), which adds the compute's jitter from one micro-batch to the next.
+// What the measured bubble has beyond the replay is communication and bookkeeping.
 // The step time is rank 0's zero_grad + train_step + optimizer step. --breakdown prints each
 // stage's step split into waits and compute. Rank 0 prints; the last line is JSON.
 //   tools/bazel run //bench:pipeline_bench [-- --stages 2 --steps 10 --micro 1,2,4,8,16 --virtual-stages 2]
@@ -87,8 +89,8 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
     fmt::print("Pipeline step, {} stages x 1 thread, Gloo on 127.0.0.1, MLP 16 layers (8 x 512x512), {} rows per "
                "micro-batch; median of {} steps\n",
                p, kRows, steps);
-    fmt::print("{:13} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8} {:>9}\n", "sched", "m", "step ms", "samples/s", "bubble",
-               "ideal", "ratio", "model");
+    fmt::print("{:13} {:>3} {:>9} {:>12} {:>9} {:>9} {:>8} {:>9} {:>9}\n", "sched", "m", "step ms", "samples/s",
+               "bubble", "ideal", "ratio", "model", "replay");
   }
   std::vector<dist::Schedule> schedules = {dist::Schedule::kGPipe, dist::Schedule::k1F1B};
   if (chunks > 1) schedules.push_back(dist::Schedule::kInterleaved1F1B);
@@ -106,7 +108,8 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
       Generator g(1);
       Tensor x = randn({m * kRows, kWidth}, {}, &g), y = randn({m * kRows, kWidth}, {}, &g);
       auto mse = [](const Tensor& out, const Tensor& t) { return nn::functional::mse_loss(out, t); };
-      std::vector<double> step_ms, bubble;
+      std::vector<double> step_ms, bubble, replay;
+      const int n_actions = 2 * m * v;  // every stage's
       Tensor parts = zeros({p, kKinds}, dtype(kFloat64));  // every stage's breakdown, summed over steps
       Tensor costs = zeros({2, p * v}, dtype(kFloat64));   // every virtual stage's forward and backward
       for (int s = 0; s < steps + 1; ++s) {
@@ -121,14 +124,21 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
         // starts it together after the all-reduce below) that a stage does not spend computing,
         // averaged over stages. Waiting, posting transfers and bookkeeping all count as idle, and
         // so does a stage's time after its own last action while the others drain.
-        Tensor times = zeros({2 * p}, dtype(kFloat64));
-        times.data_ptr<double>()[pg->rank()] = pipe.stats().forward_seconds + pipe.stats().backward_seconds;
-        times.data_ptr<double>()[p + pg->rank()] = pipe.stats().step_seconds;
+        // Every stage's compute and step seconds, then its actions' compute seconds.
+        Tensor times = zeros({2 * p + p * n_actions}, dtype(kFloat64));
+        double* tv = times.data_ptr<double>();
+        tv[pg->rank()] = pipe.stats().forward_seconds + pipe.stats().backward_seconds;
+        tv[p + pg->rank()] = pipe.stats().step_seconds;
+        std::copy(pipe.stats().action_seconds.begin(), pipe.stats().action_seconds.end(),
+                  tv + 2 * p + pg->rank() * n_actions);
         pg->allreduce(times)->wait();
-        const double* tv = times.data_ptr<double>();
+        tv = times.data_ptr<double>();
         double busy = 0, pipeline_step = 0;
         for (int r = 0; r < p; ++r) busy += tv[r] / p, pipeline_step = std::max(pipeline_step, tv[p + r]);
         if (s == 0) continue;  // warm-up (and the first step's shape negotiation)
+        std::vector<std::vector<double>> actions(p);
+        for (int r = 0; r < p; ++r) actions[r].assign(tv + 2 * p + r * n_actions, tv + 2 * p + (r + 1) * n_actions);
+        replay.push_back(1 - busy / dist::replayed_step_time(sched, m, actions, v));
         fill_breakdown(pipe.stats(), {u1.cpu_ms - u0.cpu_ms, u1.switches - u0.switches},
                        parts.data_ptr<double>() + pg->rank() * kKinds);
         for (int c = 0; c < v; ++c) {
@@ -161,11 +171,14 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
                      pv[r * kKinds + 6] / steps, pv[r * kKinds + 7] / steps, pv[r * kKinds + 8] / steps);
       }
       if (pg->rank() == 0) {
-        fmt::print("{:13} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}%\n", label, m, ms,
-                   m * kRows / (ms / 1e3), 100 * b, 100 * ideal, ideal > 0 ? b / ideal : 0.0, 100 * sim);
+        fmt::print("{:13} {:3} {:9.2f} {:12.0f} {:8.1f}% {:8.1f}% {:8.2f} {:8.1f}% {:8.1f}%\n", label, m, ms,
+                   m * kRows / (ms / 1e3), 100 * b, 100 * ideal, ideal > 0 ? b / ideal : 0.0, 100 * sim,
+                   100 * median(replay));
         json += fmt::format("{}{{\"schedule\": \"{}\", \"virtual_stages\": {}, \"micro_batches\": {}, \"step_ms\": "
-                            "{:.3f}, \"bubble\": {:.4f}, \"ideal_bubble\": {:.4f}, \"model_bubble\": {:.4f}}}",
-                            json.empty() ? "" : ", ", dist::schedule_name(sched), v, m, ms, b, ideal, sim);
+                            "{:.3f}, \"bubble\": {:.4f}, \"ideal_bubble\": {:.4f}, \"model_bubble\": {:.4f}, "
+                            "\"replay_bubble\": {:.4f}}}",
+                            json.empty() ? "" : ", ", dist::schedule_name(sched), v, m, ms, b, ideal, sim,
+                            median(replay));
       }
     }
   }

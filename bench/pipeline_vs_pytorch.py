@@ -2,11 +2,12 @@
 """Kiln's pipeline (//bench:pipeline_bench) against PyTorch's torch.distributed.pipelining
 (bench/pytorch_pipeline.py) on the same model, split, micro-batches and machine, run one after
 the other: step time per schedule and micro-batch count, the ratio, and Kiln's measured bubble
-beside the ideal of equal stages and the model's (its measured stage times replayed through the
-schedule with free communication). --rounds N runs Kiln, PyTorch, Kiln, ... N times each, so that
-the machine's drift over a run falls on both; each figure is then the median over the rounds and
-the speed-up the median of the rounds' ratios, printed with their range. PyTorch comes from the
-same environment as vs_pytorch.py; ends with one JSON line."""
+beside the ideal of equal stages, the model's (its stages' mean times replayed through the
+schedule with free communication) and the replay's (every action's own time replayed so).
+--rounds N runs Kiln, PyTorch, Kiln, ... N times each, so that the machine's drift over a run
+falls on both; each figure is then the median over the rounds and the speed-up the median of the
+rounds' ratios, printed with their range. PyTorch comes from the same environment as
+vs_pytorch.py; ends with one JSON line."""
 import argparse
 import json
 import statistics
@@ -37,12 +38,13 @@ def main():
     print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps"
           + (f", median of {a.rounds} alternating rounds (speed-up range in brackets)" if a.rounds > 1 else ""))
     print(f"{'sched':13} {'m':>3} {'kiln ms':>9} {'torch ms':>9} {'speedup':>8} {'kiln bubble':>12} {'ideal':>7} "
-          f"{'model':>7}")
+          f"{'model':>7} {'replay':>7}")
     rows = []
     for i, k in enumerate(kiln_runs[0]):
         ks = [run[i] for run in kiln_runs]
         ts = [run.get((k["schedule"], k["micro_batches"]), {}) for run in torch_runs]
-        med = {f: statistics.median(r[f] for r in ks) for f in ("step_ms", "bubble", "model_bubble")}
+        fields = ("step_ms", "bubble", "model_bubble", "replay_bubble")
+        med = {f: statistics.median(r[f] for r in ks) for f in fields}
         t_ms = [t["step_ms"] for t in ts if t.get("step_ms")]
         ratios = [t["step_ms"] / r["step_ms"] for r, t in zip(ks, ts) if t.get("step_ms")]
         t_med = statistics.median(t_ms) if t_ms else None
@@ -55,7 +57,8 @@ def main():
         spread = f"  [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios and a.rounds > 1 else ""
         print(f"{sched:13} {k['micro_batches']:3} {med['step_ms']:9.2f} "
               f"{(f'{t_med:9.2f}' if t_med else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
-              f"{100 * med['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * med['model_bubble']:6.1f}%{spread}")
+              f"{100 * med['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * med['model_bubble']:6.1f}% "
+              f"{100 * med['replay_bubble']:6.1f}%{spread}")
     print(json.dumps({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages, "results": rows}))
 
 

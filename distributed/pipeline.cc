@@ -343,6 +343,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
   stats_.forward_seconds = stats_.backward_seconds = 0;
   stats_.chunk_forward_seconds.assign(v, 0);
   stats_.chunk_backward_seconds.assign(v, 0);
+  stats_.action_seconds.clear();
   // A failed transfer (a peer that died, or a timeout) names the stages at both ends.
   auto wait_for = [&](const WorkPtr& w, const char* what, int micro, int peer, double& waited) {
     auto t = Clock::now();
@@ -382,6 +383,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       const double took = since(tf);
       stats_.forward_seconds += took;
       stats_.chunk_forward_seconds[a.chunk] += took;
+      stats_.action_seconds.push_back(took);
       if (k < last)
         sends.push_back({pg_->send(out.detach(), next_rank(), activation_tag(a.micro, chunk_of(k + 1), v)), next_rank(),
                          a.micro, "sending the activation"});
@@ -398,6 +400,7 @@ double Pipeline::train_step(const Tensor& input, const Tensor& target, const Pip
       const double took = since(tb);
       stats_.backward_seconds += took;
       stats_.chunk_backward_seconds[a.chunk] += took;
+      stats_.action_seconds.push_back(took);
       if (k > 0) {
         const ChunkIO& io = io_[a.chunk];
         Tensor g = mb.input.grad();

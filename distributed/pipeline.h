@@ -66,6 +66,9 @@ struct PipelineStats {
   double forward_seconds = 0, backward_seconds = 0;
   // The same two by model chunk (one entry but for the interleaved schedule).
   std::vector<double> chunk_forward_seconds, chunk_backward_seconds;
+  // Each action's compute time, in this stage's schedule order (dist::schedule_actions): what
+  // dist::replayed_step_time replays.
+  std::vector<double> action_seconds;
 };
 
 class Pipeline {

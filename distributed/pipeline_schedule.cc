@@ -98,16 +98,18 @@ int peak_live(const std::vector<PipelineAction>& actions) {
   return peak;
 }
 
-double simulated_step_time(Schedule schedule, int micro_batches, const std::vector<double>& forward,
-                           const std::vector<double>& backward, int chunks) {
-  const int n = static_cast<int>(forward.size()), m = micro_batches, v = chunks;
-  KILN_CHECK(v >= 1 && n >= 1 && n % v == 0 && backward.size() == forward.size() && m >= 1,
-             "simulated_step_time: {} forward and {} backward costs for {} micro-batches and {} chunks per stage (one "
-             "per virtual stage each)",
-             n, backward.size(), m, v);
-  const int p = n / v;
+double replayed_step_time(Schedule schedule, int micro_batches, const std::vector<std::vector<double>>& action_seconds,
+                          int chunks) {
+  const int p = static_cast<int>(action_seconds.size()), m = micro_batches, v = chunks, n = p * v;
+  KILN_CHECK(p >= 1 && v >= 1 && m >= 1, "replayed_step_time: {} stages, {} micro-batches, {} chunks per stage", p, m,
+             v);
   std::vector<std::vector<PipelineAction>> plan(p);
-  for (int s = 0; s < p; ++s) plan[s] = schedule_actions(schedule, s, p, m, v);
+  for (int s = 0; s < p; ++s) {
+    plan[s] = schedule_actions(schedule, s, p, m, v);
+    KILN_CHECK(action_seconds[s].size() == plan[s].size(),
+               "replayed_step_time: stage {} has {} action costs, its {} schedule of {} micro-batches {} actions", s,
+               action_seconds[s].size(), schedule_name(schedule), m, plan[s].size());
+  }
   // When each virtual stage's forward / backward of each micro-batch ends (negative: not yet
   // run); each rank's next action and clock.
   std::vector<std::vector<double>> f_end(n, std::vector<double>(m, -1)), b_end = f_end;
@@ -122,7 +124,7 @@ double simulated_step_time(Schedule schedule, int micro_batches, const std::vect
         const double ready = a.forward ? (k == 0 ? 0 : f_end[k - 1][a.micro])
                                        : (k == n - 1 ? f_end[k][a.micro] : b_end[k + 1][a.micro]);
         if (ready < 0) break;  // waits for a stage not simulated that far yet
-        clock[s] = std::max(clock[s], ready) + (a.forward ? forward[k] : backward[k]);
+        clock[s] = std::max(clock[s], ready) + action_seconds[s][next[s]];
         (a.forward ? f_end : b_end)[k][a.micro] = clock[s];
         ++next[s];
         progress = true;
@@ -130,9 +132,24 @@ double simulated_step_time(Schedule schedule, int micro_batches, const std::vect
     }
   }
   for (int s = 0; s < p; ++s)
-    KILN_ASSERT(next[s] == plan[s].size(), "simulated_step_time: the {} schedule deadlocks at stage {} of {}",
+    KILN_ASSERT(next[s] == plan[s].size(), "replayed_step_time: the {} schedule deadlocks at stage {} of {}",
                 schedule_name(schedule), s, p);
   return *std::max_element(clock.begin(), clock.end());
+}
+
+double simulated_step_time(Schedule schedule, int micro_batches, const std::vector<double>& forward,
+                           const std::vector<double>& backward, int chunks) {
+  const int n = static_cast<int>(forward.size()), m = micro_batches, v = chunks;
+  KILN_CHECK(v >= 1 && n >= 1 && n % v == 0 && backward.size() == forward.size() && m >= 1,
+             "simulated_step_time: {} forward and {} backward costs for {} micro-batches and {} chunks per stage (one "
+             "per virtual stage each)",
+             n, backward.size(), m, v);
+  const int p = n / v;
+  std::vector<std::vector<double>> costs(p);
+  for (int s = 0; s < p; ++s)
+    for (const PipelineAction& a : schedule_actions(schedule, s, p, m, v))
+      costs[s].push_back(a.forward ? forward[a.chunk * p + s] : backward[a.chunk * p + s]);
+  return replayed_step_time(schedule, m, costs, v);
 }
 
 }  // namespace kiln::dist

@@ -52,4 +52,12 @@ int peak_live(const std::vector<PipelineAction>& actions);
 double simulated_step_time(Schedule schedule, int micro_batches, const std::vector<double>& forward,
                            const std::vector<double>& backward, int chunks = 1);
 
+/// The same replay with every action's own cost: stage s's i-th action (in schedule_actions
+/// order) takes action_seconds[s][i] (a measured step's PipelineStats::action_seconds gathered
+/// from every stage). What a step with these compute times would take if every transfer were free
+/// and instant: the measured step's excess over it is communication and bookkeeping. Throws
+/// naming the stage and the counts when a stage's list does not match its schedule.
+double replayed_step_time(Schedule schedule, int micro_batches, const std::vector<std::vector<double>>& action_seconds,
+                          int chunks = 1);
+
 }  // namespace kiln::dist

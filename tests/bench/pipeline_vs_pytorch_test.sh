@@ -19,7 +19,7 @@ echo "$n" >"$FAKE_DIR/kiln_calls"
 echo "kiln $n $*" >>"$FAKE_DIR/order"
 ms=(0 10 20 40)
 echo "a table line"
-echo "{\"benchmark\": \"pipeline\", \"results\": [{\"schedule\": \"1f1b\", \"virtual_stages\": 1, \"micro_batches\": 1, \"step_ms\": 5, \"bubble\": 0.5, \"ideal_bubble\": 0.5, \"model_bubble\": 0.5}, {\"schedule\": \"1f1b\", \"virtual_stages\": 1, \"micro_batches\": 4, \"step_ms\": ${ms[$n]}, \"bubble\": 0.$n, \"ideal_bubble\": 0.2, \"model_bubble\": 0.2$n}]}"
+echo "{\"benchmark\": \"pipeline\", \"results\": [{\"schedule\": \"1f1b\", \"virtual_stages\": 1, \"micro_batches\": 1, \"step_ms\": 5, \"bubble\": 0.5, \"ideal_bubble\": 0.5, \"model_bubble\": 0.5, \"replay_bubble\": 0.5}, {\"schedule\": \"1f1b\", \"virtual_stages\": 1, \"micro_batches\": 4, \"step_ms\": ${ms[$n]}, \"bubble\": 0.$n, \"ideal_bubble\": 0.2, \"model_bubble\": 0.2$n, \"replay_bubble\": 0.3$n}]}"
 EOF
 cat >"$dir/python" <<'EOF'
 #!/usr/bin/env bash
@@ -60,6 +60,7 @@ check("lowest ratio", r["speedup_min"], 1.2)
 check("highest ratio", r["speedup_max"], 2.0)
 check("bubble: median over rounds", r["bubble"], 0.2)
 check("model bubble: median over rounds", r["model_bubble"], 0.22)
+check("replay bubble: median over rounds", r["replay_bubble"], 0.32)
 check("every round's Kiln step", r["step_ms_rounds"], [10, 20, 40])
 check("every round's PyTorch step", r["pytorch_step_ms_rounds"], [12, 40, 60])
 check("refused row: no speed-up", rows[1]["speedup"], None)

@@ -1,15 +1,19 @@
 // Shared pieces of the pipeline tests: a tiny MLP every rank builds identically, the data of a
 // step, the steps trained through a pipeline beside one process, and a check of one stage's
-// parameters against the same layers trained in one process.
+// parameters against the same layers trained in one process, and the last step's compute
+// times per action.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/pipeline.h"
+#include "distributed/pipeline_schedule.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
@@ -74,6 +78,21 @@ inline void train_beside(dist::Pipeline& pipe, nn::Module& reference, int steps,
     else
       expect(std::isnan(loss), "{}: stage {} returned loss {}, not NaN", what, pipe.stage(), loss);
   }
+}
+
+/// The last step's action_seconds: one positive entry per action of this stage's schedule,
+/// summing to its forward and backward seconds.
+inline void expect_action_times(dist::Pipeline& pipe, dist::Schedule schedule, int rank, int world, int m, int v,
+                                const std::string& what) {
+  const auto& t = pipe.stats().action_seconds;
+  const size_t want = dist::schedule_actions(schedule, rank, world, m, v).size();
+  const double sum = std::accumulate(t.begin(), t.end(), 0.0);
+  const double total = pipe.stats().forward_seconds + pipe.stats().backward_seconds;
+  expect(t.size() == want, "{}: stage {} timed {} actions, its schedule has {}", what, rank, t.size(), want);
+  expect(std::all_of(t.begin(), t.end(), [](double x) { return x > 0; }), "{}: stage {}: an action took no time",
+         what, rank);
+  expect(std::abs(sum - total) <= 1e-9 * std::max(1.0, total), "{}: stage {}: actions sum to {} s, compute {} s",
+         what, rank, sum, total);
 }
 
 }  // namespace kiln::test

@@ -101,6 +101,7 @@ void equivalence(int rank, int world, int v, const std::vector<int>& micro, DTyp
     expect(pipe.stats().peak_activations == want && pipe.stats().live_activations == 0,
            "{}: stage {} kept {} chunk activations alive at most (schedule: {}), {} left", what, rank,
            pipe.stats().peak_activations, want, pipe.stats().live_activations);
+    test::expect_action_times(pipe, Schedule::kInterleaved1F1B, rank, world, m, v, what);
     test::PipeBatch b = test::pipeline_batch(9, 5, dt);  // any batch size: no micro-batches
     Tensor out = pipe.forward(pipe.is_first() ? b.x : Tensor());
     if (pipe.is_last()) {

@@ -39,6 +39,7 @@ void equivalence(int rank, int world, DType dt, double tol) {
              what, rank, pipe.stats().peak_activations, expected_peak);
       expect(pipe.stats().live_activations == 0, "{}: {} activations left after the step", what,
              pipe.stats().live_activations);
+      test::expect_action_times(pipe, sched, rank, world, m, 1, what);
     }
   }
 }
@@ -74,6 +75,21 @@ TEST_CASE("simulated step time: (m+p-1)(F+B) for equal stages; the slowest stage
   CHECK(dist::simulated_step_time(dist::Schedule::kGPipe, 4, {1, 2}, {2, 4}) == doctest::Approx(27.0));
   CHECK_THROWS_WITH(dist::simulated_step_time(dist::Schedule::kGPipe, 4, {1, 2}, {2}),
                     doctest::Contains("2 forward and 1 backward costs"));
+}
+
+TEST_CASE("replayed step time: each action's own cost, and what waits on a slow one waits") {
+  // 1F1B, p = 2, m = 2: stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1. Forwards 1, backwards 2:
+  // (m+p-1)(F+B) = 9, as simulated_step_time gives.
+  const std::vector<std::vector<double>> even = {{1, 1, 2, 2}, {1, 2, 1, 2}};
+  CHECK(dist::replayed_step_time(dist::Schedule::k1F1B, 2, even) == doctest::Approx(9.0));
+  CHECK(dist::simulated_step_time(dist::Schedule::k1F1B, 2, {1, 1}, {2, 2}) == doctest::Approx(9.0));
+  // Stage 1's first forward takes 4: its F0 ends at 5 and B0 at 7, stage 0's B0 at 9; stage 1's F1
+  // ends at 8 and B1 at 10, so stage 0's B1 runs 10-12.
+  CHECK(dist::replayed_step_time(dist::Schedule::k1F1B, 2, {{1, 1, 2, 2}, {4, 2, 1, 2}}) == doctest::Approx(12.0));
+  // A slow last action delays nothing but itself.
+  CHECK(dist::replayed_step_time(dist::Schedule::k1F1B, 2, {{1, 1, 2, 5}, {1, 2, 1, 2}}) == doctest::Approx(12.0));
+  CHECK_THROWS_WITH(dist::replayed_step_time(dist::Schedule::k1F1B, 2, {{1, 1, 2, 2}, {1, 2, 1}}),
+                    doctest::Contains("stage 1 has 3 action costs, its 1f1b schedule of 2 micro-batches 4 actions"));
 }
 
 TEST_CASE("balanced boundaries minimise the largest stage's parameter count") {
