@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "distributed/errors.h"
 #include "distributed/node_identity.h"
 
@@ -52,6 +54,30 @@ struct MsgHeader {
 };
 constexpr size_t kMsgHeader = sizeof(MsgHeader);
 constexpr int kSpins = 256;
+// How long a waiter polls its bell before it sleeps on the futex, while every rank of this host has
+// a core for each of its compute threads (as NCCL's and MPI's progress loops poll). A sleeping
+// rank's (v)CPU goes idle and waking it costs more than the sub-millisecond waits of a pipeline's
+// steady state: on this 2-core VM the bubble 2 pipeline stages measured beyond their compute's
+// replay fell from 1.0-2.9 points to 0.6-2.0 (docs/benchmarks.md, "Spinning before the futex").
+// Oversubscribed, a spinner would take the core of the rank it waits for: it polls kSpins times.
+constexpr long kDefaultSpinUs = 2000;
+
+long spin_us_from_env() {
+  const char* env = std::getenv("KILN_SHM_SPIN_US");
+  if (env == nullptr || *env == '\0') return kDefaultSpinUs;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  KILN_CHECK(end != env && *end == '\0' && v >= 0 && v <= 1'000'000,
+             "KILN_SHM_SPIN_US: '{}' is not a spin time in microseconds (0 to 1000000)", env);
+  return static_cast<long>(v);
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
 constexpr auto kTick = std::chrono::milliseconds(10);  // how often a sleeper looks at the clock and the peer
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
@@ -140,7 +166,13 @@ struct ShmP2P::Channel {
 };
 
 ShmP2P::ShmP2P(std::shared_ptr<Store> store, int rank, int size, size_t ring_bytes)
-    : store_(std::move(store)), rank_(rank), size_(size), ring_bytes_(ring_bytes), channels_(size) {
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      ring_bytes_(ring_bytes),
+      spin_us_(spin_us_from_env()),
+      cpus_(usable_cpus()),
+      channels_(size) {
   KILN_CHECK(ring_bytes >= 64 && (ring_bytes & (ring_bytes - 1)) == 0,
              "ShmP2P: the ring size {} is not a power of two of at least 64 bytes", ring_bytes);
   const char* env = std::getenv("KILN_SHM_P2P");
@@ -418,10 +450,15 @@ void ShmP2P::wait(Op& op, Millis timeout) {
                                            c->h->ring[1 - c->me].blocked.load(std::memory_order_seq_cst) != 0);
     }
     bool rang = false;
-    for (int i = 0; i < kSpins && !rang; ++i) {
-      rang = mine.bell.load(std::memory_order_acquire) != seq;
-      cpu_relax();
-    }
+    const int local_ranks = static_cast<int>(open_.size()) + 1;
+    const auto spin_until = std::chrono::steady_clock::now() +
+                            std::chrono::microseconds(local_ranks * get_num_threads() <= cpus_ ? spin_us_ : 0);
+    do {
+      for (int i = 0; i < kSpins && !rang; ++i) {
+        rang = mine.bell.load(std::memory_order_acquire) != seq;
+        cpu_relax();
+      }
+    } while (!rang && std::chrono::steady_clock::now() < spin_until);
     if (rang) continue;
     const auto now = std::chrono::steady_clock::now();
     const char* what = op.is_send ? "send to" : "recv from";

@@ -8,7 +8,8 @@
 // messages of the same tag in posting order; messages of other tags (or not yet received) are
 // kept aside. Sends and receives are posted without blocking and completed by wait(), which
 // makes progress on every channel (so two ranks sending to each other through full rings cannot
-// deadlock), spins briefly, then sleeps on the futex. It throws TimeoutError naming the peer
+// deadlock), polls (for KILN_SHM_SPIN_US, default 2000 us, while this host's ranks times their
+// compute threads fit its cores; briefly otherwise), then sleeps on the futex. It throws TimeoutError naming the peer
 // after the timeout, and PeerError within ~10 ms when the peer process has exited.
 //
 // Used by ProcessGroupGloo for peers on the same node; KILN_SHM_P2P=0 turns it off (Gloo's TCP
@@ -68,6 +69,8 @@ class ShmP2P {
   std::shared_ptr<Store> store_;
   int rank_, size_;
   size_t ring_bytes_;
+  long spin_us_;  // KILN_SHM_SPIN_US
+  int cpus_;      // this process's usable CPUs
   std::string me_;  // "host pid", or "" when shared memory is off
   std::mutex mu_;  // the channels' queues and ring positions
   std::vector<std::unique_ptr<Channel>> channels_;  // by peer (null for this rank); fixed after construction

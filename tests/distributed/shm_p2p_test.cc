@@ -1,17 +1,21 @@
 // The shared-memory send/receive channel (distributed/shm_p2p.h) between real processes: tag
 // matching and per-tag order, messages many times the ring, two ranks streaming big messages
-// at each other, a size mismatch, a timeout and a dead peer (both naming the peer), and the
-// Gloo process group using it for ranks of one host (and TCP with KILN_SHM_P2P=0).
+// at each other, a size mismatch, a timeout and a dead peer (both naming the peer), a waiter
+// polling rather than sleeping (KILN_SHM_SPIN_US), and the Gloo process group using it for ranks
+// of one host (and TCP with KILN_SHM_P2P=0).
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
 
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "distributed/errors.h"
 #include "distributed/file_store.h"
 #include "distributed/gloo_backend.h"
@@ -211,6 +215,50 @@ void ring_exchange(int rank, int world) {
   expect(gloo != nullptr, "the default group is {}, not gloo", pg->backend());
   expect(gloo->p2p_path((rank + 1) % world) == (uses ? "shared memory" : "TCP"),
          "rank {}: transfers to the next rank go by {}", rank, gloo->p2p_path((rank + 1) % world));
+}
+
+/// Rank 0 waits for a message rank 1 sends `delay` after both have set up, and counts its
+/// thread's voluntary context switches over the wait (the futex sleep is the only way the wait
+/// gives up its core): none when `spins`, at least one otherwise.
+void expect_waiter(const std::string& name, std::chrono::milliseconds delay, bool spins) {
+  const std::string path = store_path(name);
+  test::require_all_ok(test::run_ranks(2, [&](int rank, int world) {
+    set_num_threads(1);  // 2 ranks x 1 thread: each has a core where the machine has 2
+    auto store = std::make_shared<dist::FileStore>(path, world, 60s);
+    dist::ShmP2P p2p(store, rank, world, kSmallRing);
+    std::vector<unsigned char> buf(64, 7);
+    if (rank == 1) {
+      std::this_thread::sleep_for(delay);
+      auto op = p2p.send(buf.data(), buf.size(), 0, 1, nullptr);
+      p2p.wait(*op, 30s);
+      return;
+    }
+    auto op = p2p.recv(buf.data(), buf.size(), 1, 1, nullptr);
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
+    p2p.wait(*op, 30s);
+    getrusage(RUSAGE_THREAD, &after);
+    const long slept = after.ru_nvcsw - before.ru_nvcsw;
+    expect(spins ? slept == 0 : slept >= 1, "{}: the waiter gave up its core {} times over a {} ms wait", name, slept,
+           delay.count());
+  }, 60, name));
+}
+
+TEST_CASE("shm p2p: a waiter with a core of its own polls (KILN_SHM_SPIN_US) instead of sleeping; 0 sleeps") {
+  if (std::thread::hardware_concurrency() < 2) {
+    std::printf("skipped: needs 2 CPUs (a spinning waiter must not take its peer's core)\n");
+    MESSAGE("skipped: needs 2 CPUs");
+    return;
+  }
+  setenv("KILN_SHM_SPIN_US", "1000000", 1);  // a 1 s window: far longer than the 5 ms the send takes
+  expect_waiter("shm_p2p_spin", 5ms, true);
+  setenv("KILN_SHM_SPIN_US", "0", 1);
+  expect_waiter("shm_p2p_nospin", 50ms, false);
+
+  setenv("KILN_SHM_SPIN_US", "2ms", 1);
+  auto store = std::make_shared<dist::FileStore>(store_path("shm_p2p_spin_bad"), 1, 10s);
+  CHECK_THROWS_WITH(dist::ShmP2P(store, 0, 1), doctest::Contains("KILN_SHM_SPIN_US: '2ms' is not a spin time"));
+  unsetenv("KILN_SHM_SPIN_US");
 }
 
 TEST_CASE("ProcessGroupGloo: sends and receives between ranks of one host go through shared memory") {
