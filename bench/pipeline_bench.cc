@@ -109,7 +109,7 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
       Tensor x = randn({m * kRows, kWidth}, {}, &g), y = randn({m * kRows, kWidth}, {}, &g);
       auto mse = [](const Tensor& out, const Tensor& t) { return nn::functional::mse_loss(out, t); };
       std::vector<double> step_ms, bubble, replay;
-      const int n_actions = 2 * m * v;  // every stage's
+      const int n_actions = 2 * m * v;  // per stage: a forward and a backward per micro-batch and chunk
       Tensor parts = zeros({p, kKinds}, dtype(kFloat64));  // every stage's breakdown, summed over steps
       Tensor costs = zeros({2, p * v}, dtype(kFloat64));   // every virtual stage's forward and backward
       for (int s = 0; s < steps + 1; ++s) {

@@ -58,7 +58,7 @@ constexpr int kSpins = 256;
 // a core for each of its compute threads (as NCCL's and MPI's progress loops poll). A sleeping
 // rank's (v)CPU goes idle and waking it costs more than the sub-millisecond waits of a pipeline's
 // steady state: on this 2-core VM the bubble 2 pipeline stages measured beyond their compute's
-// replay fell from 1.0-2.9 points to 0.6-2.0 (docs/benchmarks.md, "Spinning before the futex").
+// replay fell from 1.0-2.9 points to 0.6-2.0 (docs/benchmarks.md, "Where the rest of the bubble goes").
 // Oversubscribed, a spinner would take the core of the rank it waits for: it polls kSpins times.
 constexpr long kDefaultSpinUs = 2000;
 
