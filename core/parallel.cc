@@ -1,5 +1,8 @@
 #include "core/parallel.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -189,4 +192,11 @@ void run_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
 }
 
 }  // namespace detail
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 }  // namespace kiln

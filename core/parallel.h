@@ -24,6 +24,9 @@ void set_num_threads(int n);
 void set_thread_local_num_threads(int n);
 /// True inside a parallel_for chunk.
 bool in_parallel_region();
+/// The CPUs this process may run on (its affinity mask; all of the machine's where that cannot be
+/// read), at least 1.
+int usable_cores();
 
 /// Elements below which splitting work across threads costs more than it saves.
 inline constexpr int64_t kGrainSize = 32768;

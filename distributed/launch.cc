@@ -1,6 +1,5 @@
 // launch(): what each rank runs (the program found, its environment), then hands the ranks to
 // the Supervisor.
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
+#include "core/parallel.h"
 #include "distributed/launch.h"
 #include "distributed/launch_supervisor.h"
 #include "distributed/rendezvous.h"
@@ -20,12 +19,6 @@ extern char** environ;
 
 namespace kiln::dist {
 namespace {
-
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 bool executable_file(const std::string& p) {
   struct stat st {};

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -72,12 +71,6 @@ long spin_us_from_env() {
   return static_cast<long>(v);
 }
 
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-}
 constexpr auto kTick = std::chrono::milliseconds(10);  // how often a sleeper looks at the clock and the peer
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
@@ -171,7 +164,7 @@ ShmP2P::ShmP2P(std::shared_ptr<Store> store, int rank, int size, size_t ring_byt
       size_(size),
       ring_bytes_(ring_bytes),
       spin_us_(spin_us_from_env()),
-      cpus_(usable_cpus()),
+      cpus_(usable_cores()),
       channels_(size) {
   KILN_CHECK(ring_bytes >= 64 && (ring_bytes & (ring_bytes - 1)) == 0,
              "ShmP2P: the ring size {} is not a power of two of at least 64 bytes", ring_bytes);

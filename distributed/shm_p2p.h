@@ -9,8 +9,9 @@
 // kept aside. Sends and receives are posted without blocking and completed by wait(), which
 // makes progress on every channel (so two ranks sending to each other through full rings cannot
 // deadlock), polls (for KILN_SHM_SPIN_US, default 2000 us, while this host's ranks times their
-// compute threads fit its cores; briefly otherwise), then sleeps on the futex. It throws TimeoutError naming the peer
-// after the timeout, and PeerError within ~10 ms when the peer process has exited.
+// compute threads fit its cores; briefly otherwise), then sleeps on the futex. It throws
+// TimeoutError naming the peer after the timeout, and PeerError within ~10 ms when the peer
+// process has exited.
 //
 // Used by ProcessGroupGloo for peers on the same node; KILN_SHM_P2P=0 turns it off (Gloo's TCP
 // pairs are used for every peer). The segment's name is unlinked as soon as both ranks have
@@ -70,7 +71,7 @@ class ShmP2P {
   int rank_, size_;
   size_t ring_bytes_;
   long spin_us_;  // KILN_SHM_SPIN_US
-  int cpus_;      // this process's usable CPUs
+  int cpus_;      // usable_cores()
   std::string me_;  // "host pid", or "" when shared memory is off
   std::mutex mu_;  // the channels' queues and ring positions
   std::vector<std::unique_ptr<Channel>> channels_;  // by peer (null for this rank); fixed after construction
