@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cuda_probe.h"
-#include "bench/device_sync.h"
 #include "bench/scaling_math.h"
 #include "bench/timing.h"
 #include "core/cli.h"
@@ -69,18 +68,18 @@ void run(int64_t max_bytes, const std::string& backend, bench::Collective op) {
     };
     // Enough iterations for ~0.3 s per size (agreed on by all ranks: rank 0's estimate).
     issue()->wait();
-    bench::synchronize(dev);
+    synchronize(dev);
     double t0 = now_s();
     for (int i = 0; i < 3; ++i) issue()->wait();
-    bench::synchronize(dev);
+    synchronize(dev);
     Tensor iters = full({1}, std::clamp(0.3 / std::max((now_s() - t0) / 3, 1e-6), 5.0, 2000.0)).to(dev);
     pg->broadcast(iters, 0)->wait();
     const int k = static_cast<int>(iters.cpu().item<float>());
     pg->barrier()->wait();
-    bench::synchronize(dev);
+    synchronize(dev);
     t0 = now_s();
     for (int i = 0; i < k; ++i) issue()->wait();
-    bench::synchronize(dev);
+    synchronize(dev);
     double per = (now_s() - t0) / k;
     double algbw = static_cast<double>(bytes) / per / 1e9;
     double busbw = algbw * bench::ring_steps(op, n) / n;  // what each link carries in a ring

@@ -24,7 +24,6 @@
 #include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "bench/cuda_probe.h"
-#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/generator.h"
@@ -40,7 +39,6 @@
 using namespace kiln;
 using kiln::bench::median;
 using kiln::bench::now_s;
-using kiln::bench::synchronize;
 
 namespace {
 

@@ -17,7 +17,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
@@ -31,7 +30,6 @@
 
 using namespace kiln;
 using kiln::bench::now_s;
-using kiln::bench::synchronize;
 namespace F = kiln::nn::functional;
 
 namespace {

@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
-#include "bench/device_sync.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/device_graph.h"
@@ -39,10 +38,10 @@ template <class Step> double time_steps(const Device& dev, Step&& step, int step
   std::vector<double> ms;
   int64_t i = 0;
   for (int b = 0; b < blocks; ++b) {
-    bench::synchronize(dev);
+    synchronize(dev);
     const double t0 = now_s();
     for (int s = 0; s < steps; ++s) step(i++);
-    bench::synchronize(dev);
+    synchronize(dev);
     ms.push_back((now_s() - t0) / steps * 1e3);
   }
   return median(ms);

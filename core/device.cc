@@ -21,6 +21,7 @@ Device::Device(std::string_view spec) {
 
 namespace {
 int (*g_device_counts[kNumDeviceTypes])() = {};
+void (*g_synchronize[kNumDeviceTypes])(int) = {};
 }
 
 int device_count(DeviceType t) {
@@ -30,6 +31,12 @@ int device_count(DeviceType t) {
 }
 
 void register_device_count(DeviceType t, int (*count)()) { g_device_counts[static_cast<int>(t)] = count; }
+
+void synchronize(const Device& d) {
+  if (auto f = g_synchronize[static_cast<int>(d.type)]) f(d.index);
+}
+
+void register_synchronize(DeviceType t, void (*sync)(int index)) { g_synchronize[static_cast<int>(t)] = sync; }
 
 Device best_device() { return device_count(DeviceType::CUDA) > 0 ? Device(DeviceType::CUDA, 0) : kCPU; }
 

@@ -41,6 +41,12 @@ void register_device_count(DeviceType t, int (*count)());
 /// The best device present: cuda:0 when a GPU is usable, else the CPU.
 Device best_device();
 
+/// Waits until the work queued on device `d` has finished: a no-op on the CPU, whose kernels
+/// return when done, and for a type no backend registered a wait for (a build without CUDA).
+void synchronize(const Device& d);
+/// Lets a backend register its wait (the CUDA backend's cudaDeviceSynchronize on that device).
+void register_synchronize(DeviceType t, void (*sync)(int index));
+
 }  // namespace kiln
 
 template <> struct fmt::formatter<kiln::Device> : fmt::formatter<std::string> {

@@ -60,6 +60,10 @@ DeviceGuard::~DeviceGuard() {
 namespace {
 const bool registered = [] {
   register_device_count(DeviceType::CUDA, &device_count);
+  register_synchronize(DeviceType::CUDA, [](int index) {
+    DeviceGuard g(index);
+    synchronize();
+  });
   return true;
 }();
 }  // namespace
