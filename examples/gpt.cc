@@ -87,6 +87,9 @@ struct Flags {
     app.add_option("--temperature", c.temperature, "sampling temperature")->check(cli::range(1e-3, 100.0));
     app.add_option("--top-k", c.top_k, "sample among the k likeliest tokens (0: all)")->check(cli::range<int64_t>(0, 1 << 20));
     app.add_option("--prompt", c.prompt, "text the sample continues");
+    app.add_option("--profile", c.profile_dir,
+                   "profile --profile-steps steps after the first 3: Chrome trace in DIR, op table printed");
+    app.add_option("--profile-steps", c.profile_steps, "steps --profile records")->check(cli::range(1, 1000));
     app.add_option("--peak-tflops", c.peak_tflops, "the device's peak for MFU (default: derived for the CPU)")
         ->check(cli::range(0.0, 1e6));
   }
@@ -117,6 +120,7 @@ struct Flags {
                                                                  "GPT");
           !problem.empty())
         return problem;
+    if (!c.profile_dir.empty() && c.pipeline_stages > 1) return "--profile profiles one-process or --ddp runs, not pipelines";
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);

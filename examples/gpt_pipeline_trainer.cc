@@ -18,6 +18,7 @@
 #include "examples/gpt_pipeline.h"
 #include "examples/gpt_pipeline_checkpoint.h"
 #include "examples/gpt_sample.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples::gpt {
 namespace {
@@ -75,6 +76,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
              c.batch_size, t, replicas);
   const int64_t accum = budget / micro_tokens;
 
+  profiler::track_memory();  // before the model: the device peak counts every tensor of the run
   manual_seed(c.seed);
   auto model = std::make_shared<GPT>(c.gpt);  // the whole model, initialised as in one process
   if (hf) load_hf(*model, c.init_from_hf);
@@ -188,7 +190,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     opt->set_lr(lr);
     mp.step(*opt);
     loss_sum = pipe.from_last_stage({loss_sum}, dist::ReduceOp::kAvg)[0];
-    const double dt = times.record(r, loss_sum, budget);
+    const double dt = times.record(r, loss_sum, budget, c.device);
     ++state.step;
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
@@ -221,7 +223,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   r.steps_done = state.step;
   r.skipped_steps = mp.skipped_steps();
   r.loss_scale = mp.scaler().scale();
-  times.finish(r, flops_per_token);
+  times.finish(r, flops_per_token, c.device);
   if (c.sample_tokens > 0) out << "sample: skipped (the model is split across the stages)\n";
   return r;
 }

@@ -22,9 +22,11 @@
 #include "examples/gpt_pipeline.h"
 #include "examples/gpt_sample.h"
 #include "examples/mixed_precision.h"
+#include "examples/run_monitor.h"
 #include "nn/checkpoint.h"
 #include "optim/adam.h"
 #include "optim/clip.h"
+#include "profiler/memory.h"
 
 namespace kiln::examples::gpt {
 namespace {
@@ -83,20 +85,23 @@ void StepTimes::begin() {
   step_cpu_start = std::clock();
 }
 
-double StepTimes::record(TrainResult& r, double loss, int64_t tokens) {
+double StepTimes::record(TrainResult& r, double loss, int64_t tokens, const Device& device) {
+  synchronize(device);  // the optimizer's kernels may still be queued
   const double wall = seconds_since(step_start);
   const double cpu = static_cast<double>(std::clock() - step_cpu_start) / CLOCKS_PER_SEC;
   r.step_losses.push_back(loss);
+  r.step_seconds.push_back(wall);
   if (r.step_losses.size() > 1) train_seconds += wall, cpu_seconds += cpu, timed_tokens += tokens;
   return wall;
 }
 
-void StepTimes::finish(TrainResult& r, double flops_per_token) const {
+void StepTimes::finish(TrainResult& r, double flops_per_token, const Device& device) const {
   r.wall_seconds = seconds_since(run_start);
   r.tokens_per_sec = train_seconds > 0 ? static_cast<double>(timed_tokens) / train_seconds : 0;
   r.tokens_per_cpu_sec = cpu_seconds > 0 ? static_cast<double>(timed_tokens) / cpu_seconds : 0;
   r.mfu = r.tokens_per_sec * flops_per_token / r.peak_flops;
   r.peak_rss_mb = peak_rss_mb();
+  if (device.is_cuda()) r.peak_device_mb = static_cast<double>(profiler::memory_counters(device.type).peak) / (1 << 20);
 }
 
 int64_t resolve_shape(TrainConfig& c) {
@@ -144,6 +149,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              c.batch_size, t, world, micro_tokens);
   const int64_t accum = budget / micro_tokens;
 
+  profiler::track_memory();  // before the model: the device peak counts every tensor of the run
   manual_seed(c.seed);
   auto model = std::make_shared<GPT>(c.gpt);
   if (hf) load_hf(*model, c.init_from_hf);
@@ -228,9 +234,18 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
+  // --profile: this invocation's steps 1-2 run unrecorded, step 3 is recorded as warm-up and
+  // dropped, the next --profile-steps are kept; then the op table is printed.
+  std::unique_ptr<RunMonitor> monitor;
+  if (!c.profile_dir.empty())
+    monitor = std::make_unique<RunMonitor>(
+        MonitorConfig{.profile_dir = c.profile_dir, .schedule = {.wait = 2, .warmup = 1, .active = c.profile_steps, .repeat = 1},
+                      .log_every = int64_t{1} << 40},
+        rank, 0.0, c.device.is_cuda(), out);
   while (state.step < last) {
     const int64_t step = state.step;
     times.begin();
+    if (monitor) monitor->step_begin();
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -257,7 +272,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
       loss_sum = l.item<double>();
     }
-    const double dt = times.record(r, loss_sum, budget);
+    const double dt = times.record(r, loss_sum, budget, c.device);
+    if (monitor) monitor->step_end(budget / t, loss_sum, lr, norm, mp.scaler().scale());
     ++state.step;
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
     if (state.step % c.log_every == 0 || state.step == last)
@@ -267,6 +283,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
+  monitor.reset();  // a run that ended inside the profiled steps keeps what was recorded
   save();
   if (!c.save_hf.empty() && rank == 0) {
     save_hf(*model, c.save_hf);
@@ -275,7 +292,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   r.steps_done = state.step;
   r.skipped_steps = mp.skipped_steps();
   r.loss_scale = mp.scaler().scale();
-  times.finish(r, model->flops_per_token(t));
+  times.finish(r, model->flops_per_token(t), c.device);
   if (rank == 0 && c.sample_tokens > 0) {
     amp::AutocastGuard autocast = mp.autocast();
     r.sample = generate(*model, c.prompt,
@@ -318,6 +335,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"tokens_per_cpu_sec", r.tokens_per_cpu_sec},
       {"mfu", r.mfu},
       {"peak_rss_mb", r.peak_rss_mb},
+      {"peak_device_mb", r.peak_device_mb},
       {"checkpoints", r.checkpoints},
       {"checkpoint_seconds", r.checkpoint_seconds},
       {"wall_seconds", r.wall_seconds},
@@ -325,6 +343,9 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
   nlohmann::json curve = nlohmann::json::array();
   for (auto& [step, v] : r.val_losses) curve.push_back({step, v});
   line["val_curve"] = curve;
+  line["step_losses"] = r.step_losses;
+  line["step_ms"] = nlohmann::json::array();
+  for (double sec : r.step_seconds) line["step_ms"].push_back(sec * 1e3);
   return line.dump();
 }
 

@@ -60,11 +60,14 @@ struct TrainConfig {
   int64_t top_k = 40;
   std::string prompt = "\n";
   double peak_tflops = 0;   // 0: derived for the CPU (gpt_sample.h)
+  std::string profile_dir;  // "": no profile; else steps 3.. of the run profiled, the op table printed
+  int profile_steps = 3;    // steps recorded by --profile (after 2 skipped and 1 warm-up)
 };
 
 struct TrainResult {
   GPTConfig gpt;  // the shape trained (from --init-from-hf's config.json when given)
   std::vector<double> step_losses;                     // training loss of every step run, in order
+  std::vector<double> step_seconds;                    // wall time of every step run (device work included)
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
   int64_t steps_done = 0;  // the global step reached
   int64_t params = 0, tokens_per_step = 0, grad_accum = 1;
@@ -72,6 +75,7 @@ struct TrainResult {
   /// other processes sharing the cores).
   double tokens_per_sec = 0, tokens_per_cpu_sec = 0, mfu = 0, peak_flops = 0, wall_seconds = 0;
   double peak_rss_mb = 0;
+  double peak_device_mb = 0;  // on a GPU: the most its tensors held at once (0 on the CPU)
   int64_t skipped_steps = 0;  // --amp f16: optimizer steps the loss scaler skipped (inf/NaN gradients)
   double loss_scale = 1;      // --amp f16: the loss scale at the end
   int64_t checkpoints = 0;        // checkpoints written (--save-every and the final one)
@@ -121,12 +125,13 @@ struct StepTimes {
   std::clock_t step_cpu_start = 0;
   /// At the start of a step.
   void begin();
-  /// At its end: records its loss in r and, after the first step (it warms up), its wall and CPU
-  /// seconds. Returns its wall seconds.
-  double record(TrainResult& r, double loss, int64_t tokens);
-  /// Sets r's wall_seconds (since this was made), tokens_per_sec, tokens_per_cpu_sec, mfu and
-  /// peak_rss_mb.
-  void finish(TrainResult& r, double flops_per_token) const;
+  /// At its end: waits for `device`'s queued work, records the step's loss and wall seconds in r
+  /// and, after the first step (it warms up), adds its wall and CPU seconds to the totals.
+  /// Returns its wall seconds.
+  double record(TrainResult& r, double loss, int64_t tokens, const Device& device);
+  /// Sets r's wall_seconds (since this was made), tokens_per_sec, tokens_per_cpu_sec, mfu,
+  /// peak_rss_mb and peak_device_mb (of `device`).
+  void finish(TrainResult& r, double flops_per_token, const Device& device) const;
 };
 
 /// The progress line's tail under --amp f16: " | scale S" (and the steps skipped so far); ""
