@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""The PyTorch twin of examples/gpt (bench/gpt_vs_pytorch.py runs both): the same GPT-2 (pre-LN,
-fused qkv, causal SDPA, tanh GELU, tied head, GPT-2 init), the same corpus split, the same batch
-positions (splitmix64 of seed and row), AdamW without decay on biases/norms/embeddings, the same
-warm-up + cosine schedule, clipping at 1.0 and accumulation. Eager or torch.compile. Ends with one
-JSON line like Kiln's (tokens_per_sec, peak_rss_mb, val_loss, val_curve, ...)."""
+"""The PyTorch twin of examples/gpt (bench/gpt_vs_pytorch.py and bench/gpt_gpu_vs_pytorch.py run
+both): the same GPT-2 (pre-LN, fused qkv, causal SDPA, tanh GELU, tied head, GPT-2 init), the same
+corpus split, the same batch positions (splitmix64 of seed and row), AdamW without decay on
+biases/norms/embeddings, the same warm-up + cosine schedule, clipping at 1.0 and accumulation.
+Eager or torch.compile, on the CPU or a GPU (--device cuda, with --amp bf16 autocast and
+--fused-adamw). --write-hf-init DIR writes the initial weights in Hugging Face's GPT-2 layout
+(config.json, model.safetensors) and exits; --init-from-hf DIR starts from such a directory, as
+Kiln's --init-from-hf does (its shape, GPT-2's single-byte token ids), so both start from the same
+weights. Ends with one JSON line like Kiln's (tokens_per_sec, step_ms, step_losses, peak_rss_mb,
+peak_device_mb, val_loss, ...)."""
 import argparse
 import json
 import math
@@ -52,11 +57,73 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for blk in self.h:
             x = blk(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# Kiln's parameter names (Hugging Face's without "transformer.") for this module's own.
+HF_NAMES = {"c_attn": "attn.c_attn", "attn_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp_proj": "mlp.c_proj"}
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def hf_name(name):
+    """'h.3.c_fc.weight' -> 'transformer.h.3.mlp.c_fc.weight' (Hugging Face's GPT-2 names)."""
+    parts = name.split(".")
+    if parts[0] == "h":
+        parts[2] = HF_NAMES.get(parts[2], parts[2])
+    return "transformer." + ".".join(parts)
+
+
+def write_hf(model, shape, vocab, path):
+    """config.json and model.safetensors as GPT2LMHeadModel.save_pretrained lays them out (Conv1D
+    weights [in, out], the head tied), written to temporary names and renamed."""
+    from safetensors.torch import save_file
+    layers, heads, width, block = shape
+    os.makedirs(path, exist_ok=True)
+    tensors = {}
+    for n, p in model.named_parameters():
+        k = hf_name(n)
+        tensors[k] = (p.t() if k.endswith(CONV1D) else p).detach().float().contiguous().cpu()
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+              "n_layer": layers, "n_head": heads, "n_embd": width, "n_positions": block, "n_ctx": block,
+              "vocab_size": vocab, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    for name, write in (("model.safetensors", lambda f: save_file(tensors, f, metadata={"format": "pt"})),
+                        ("config.json", lambda f: open(f, "w").write(json.dumps(config, indent=2) + "\n"))):
+        tmp = os.path.join(path, name + ".tmp")
+        write(tmp)
+        os.replace(tmp, os.path.join(path, name))
+
+
+def read_hf(path):
+    """(shape, vocab, state dict of this module's names) from a directory write_hf wrote."""
+    from safetensors.torch import load_file
+    c = json.load(open(os.path.join(path, "config.json")))
+    shape = (c["n_layer"], c["n_head"], c["n_embd"], c["n_positions"])
+    hf = load_file(os.path.join(path, "model.safetensors"))
+    inverse = {v: k for k, v in HF_NAMES.items()}
+    state = {}
+    for k, t in hf.items():
+        if k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        parts = k.removeprefix("transformer.").split(".")
+        if parts[0] == "h":
+            inner = parts[2] + "." + parts[3]
+            parts = parts[:2] + [inverse.get(inner, inner)] + parts[4:]
+        state[".".join(parts)] = t.t() if k.endswith(CONV1D) else t
+    return shape, c["vocab_size"], state
+
+
+def gpt2_byte_ids():
+    """GPT-2's token id of each single byte (bytes_to_unicode's order: printable bytes first)."""
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    order = printable + [b for b in range(256) if b not in set(printable)]
+    ids = [0] * 256
+    for i, b in enumerate(order):
+        ids[b] = i
+    return torch.tensor(ids, dtype=torch.int64)
 
 
 def read_corpus(path):
@@ -115,17 +182,41 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--compile", action="store_true")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--amp", default="none", choices=["none", "bf16"], help="bf16 autocast")
+    p.add_argument("--fused-adamw", action="store_true", help="torch.optim.AdamW(fused=True)")
+    p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--init-from-hf", default="", help="start from this Hugging Face GPT-2 directory")
+    p.add_argument("--write-hf-init", default="", help="write the initial weights to this directory and exit")
+    p.add_argument("--peak-tflops", type=float, default=0, help="the device's peak, for MFU")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    layers, heads, width, block = SHAPES[a.model]
+    shape, vocab = SHAPES[a.model], a.vocab_size
+    if a.init_from_hf:
+        shape, vocab, state = read_hf(a.init_from_hf)
+    layers, heads, width, block = shape
+    model = GPT(layers, heads, width, block, vocab)
+    if a.write_hf_init:
+        write_hf(model, shape, vocab, a.write_hf_init)
+        print(json.dumps({"wrote": a.write_hf_init, "params": sum(p.numel() for p in model.parameters())}))
+        return
+    if a.init_from_hf:
+        model.load_state_dict(state)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    model.to(dev)
     t = a.seq_len or block
     train, val = split(read_corpus(a.data))
-    model = GPT(layers, heads, width, block, 256)
+    if a.init_from_hf:  # Kiln's --init-from-hf feeds GPT-2's single-byte token ids
+        ids = gpt2_byte_ids()
+        train, val = ids[train], ids[val]
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith(("wte", "wpe"))]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.startswith(("wte", "wpe")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=a.fused_adamw or None)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.amp == "bf16")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     step_fn = torch.compile(model) if a.compile else model
 
     def evaluate():
@@ -136,23 +227,30 @@ def main():
             for i in range(n):
                 rows = torch.stack([val[(i * a.batch_size + r) * t:(i * a.batch_size + r) * t + t + 1]
                                     for r in range(a.batch_size)])
-                losses.append(model(rows[:, :-1], rows[:, 1:]).item())
+                with autocast:
+                    losses.append(model(rows[:, :-1].to(dev), rows[:, 1:].to(dev)).item())
         model.train()
         return sum(losses) / len(losses)
 
-    curve, timed, cpu, tokens = [], 0.0, 0.0, 0
+    curve, timed, cpu, tokens, step_ms, step_losses = [], 0.0, 0.0, 0, [], []
     start = time.time()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for step in range(a.max_steps):
         t0, c0 = time.perf_counter(), time.process_time()
         x, y = random_batch(train, a.batch_size, t, a.seed, step * a.batch_size)
-        loss = step_fn(x, y)
+        with autocast:
+            loss = step_fn(x.to(dev), y.to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for g in opt.param_groups:
             g["lr"] = lr_at(a, step)
         opt.step()
+        step_losses.append(loss.item())
+        sync()
         dt = time.perf_counter() - t0
+        step_ms.append(dt * 1e3)
         if step > 0:
             timed, cpu, tokens = timed + dt, cpu + time.process_time() - c0, tokens + a.batch_size * t
         if (step + 1) % a.log_every == 0:
@@ -168,6 +266,11 @@ def main():
                       "tokens_per_sec": tokens / timed if timed else 0.0,
                       "tokens_per_cpu_sec": tokens / cpu if cpu else 0.0,
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,
+                      "n_layer": layers, "n_head": heads, "n_embd": width, "block_size": block,
+                      "device": str(dev), "amp": a.amp, "fused_adamw": a.fused_adamw, "vocab_size": vocab,
+                      "params": sum(p.numel() for p in model.parameters()),
+                      "step_ms": step_ms, "step_losses": step_losses,
                       "wall_seconds": time.time() - start}))
 
 
