@@ -22,9 +22,13 @@ print(m["kiln.epoch"], m["kiln.batch"], m["kiln.step"])
 PY
 }
 
-# The pid of the launcher $1's child with RANK=$2.
+# The pid of the launcher $1's child with RANK=$2, read from /proc (a minimal system has no ps):
+# field 4 of /proc/PID/stat is the parent, counted after the command name's closing parenthesis.
 rank_pid() {
-  for p in $(ps -o pid= --ppid "$1"); do
+  local s p
+  for s in /proc/[0-9]*/stat; do
+    p=${s#/proc/} && p=${p%/stat}
+    [ "$(sed 's/^.*) //' "$s" 2>/dev/null | cut -d' ' -f2)" = "$1" ] || continue
     tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p" && return 0
   done
   return 1
