@@ -140,19 +140,22 @@ void uniform_kernel(Tensor& out, Generator& gen, double low, double high) {
 
 /// Box–Muller: writes m normals to dst from counters st.offset + first + [0, m). Philox fills
 /// (u1, u2) for a block, then Eigen evaluates sqrt(-2 ln u1) * cos(2 pi u2) vectorised; u1 lies
-/// in (0, 1], so the log is finite.
+/// in (0, 1], so the log is finite. The blocks are whole and aligned to the element index
+/// (kBlock-wide, from a multiple of kBlock), so every element is computed by the same vector lane
+/// of the same code whatever range a thread was given: Eigen's scalar tail (std::log, std::cos)
+/// rounds differently from its packets, and a split that moved an element into the tail would
+/// change its value with the thread count.
 template <class C>
 void normal_fill(C* dst, int64_t first, int64_t m, const GeneratorState& st, C mean, C std) {
   using Arr = Eigen::Array<C, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 256;  // a multiple of kLanes
-  alignas(64) C u1[kBlock], u2[kBlock];
+  constexpr int64_t kBlock = 256;  // a multiple of kLanes and of every SIMD packet
+  alignas(64) C u1[kBlock], u2[kBlock], res[kBlock];
   PhiloxBlock pb;
-  for (int64_t blk = 0; blk < m; blk += kBlock) {
-    const int64_t len = std::min(kBlock, m - blk);
-    for (int64_t j0 = 0; j0 < len; j0 += kLanes) {
-      philox_block(st.seed, st.offset + static_cast<uint64_t>(first + blk + j0), pb);
-      const int64_t lanes = std::min<int64_t>(kLanes, len - j0);
-      for (int64_t l = 0; l < lanes; ++l) {
+  const int64_t end = first + m;
+  for (int64_t g0 = first - first % kBlock; g0 < end; g0 += kBlock) {
+    for (int64_t j0 = 0; j0 < kBlock; j0 += kLanes) {
+      philox_block(st.seed, st.offset + static_cast<uint64_t>(g0 + j0), pb);
+      for (int64_t l = 0; l < kLanes; ++l) {
         if constexpr (std::is_same_v<C, double>) {
           u1[j0 + l] = static_cast<double>(((static_cast<uint64_t>(pb.w[0][l]) << 32 | pb.w[1][l]) >> 11) + 1) *
                        0x1.0p-53;
@@ -163,9 +166,10 @@ void normal_fill(C* dst, int64_t first, int64_t m, const GeneratorState& st, C m
         }
       }
     }
-    Eigen::Map<Arr> a(u1, len), c(u2, len);
-    Eigen::Map<Arr> out(dst + blk, len);
+    Eigen::Map<Arr> a(u1, kBlock), c(u2, kBlock), out(res, kBlock);
     out = mean + std * ((C(-2) * a.log()).sqrt() * (C(kTwoPi) * c).cos());
+    const int64_t lo = std::max(first, g0), hi = std::min(end, g0 + kBlock);
+    std::copy(res + (lo - g0), res + (hi - g0), dst + (lo - first));
   }
 }
 
@@ -178,10 +182,10 @@ void normal_kernel(Tensor& out, Generator& gen, double mean, double std) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         normal_fill<T>(o + b, b, e - b, st, static_cast<T>(mean), static_cast<T>(std));
       } else {  // 16-bit: draw in float through a small buffer, then round
-        constexpr int64_t kBlock = 256;
-        float buf[kBlock];
-        for (int64_t blk = b; blk < e; blk += kBlock) {
-          const int64_t m = std::min(kBlock, e - blk);
+        constexpr int64_t kBuf = 256;
+        float buf[kBuf];
+        for (int64_t blk = b; blk < e; blk += kBuf) {
+          const int64_t m = std::min(kBuf, e - blk);
           normal_fill<float>(buf, blk, m, st, static_cast<float>(mean), static_cast<float>(std));
           for (int64_t j = 0; j < m; ++j) o[blk + j] = static_cast<T>(buf[j]);
         }

@@ -115,12 +115,17 @@ TEST_CASE("the numbers do not depend on the thread count") {
     out.push_back(rand({200001}).to_vector<double>());
     out.push_back(randn({200001}, kFloat64).to_vector<double>());
     out.push_back(randn({100001}, kFloat16).to_vector<double>());
+    out.push_back(randn({100001}, kFloat32).to_vector<double>());
+    out.push_back(randn({100001}, kBFloat16).to_vector<double>());
     out.push_back(randint(0, 1000, {200001}).to_vector<double>());
     return out;
   };
-  auto one = draw(1), two = draw(2), four = draw(4);
+  // 3 threads split 100,001 elements at indices no block size divides: an element then sits at
+  // another place of its thread's range than with 1, 2 or 4 threads.
+  auto one = draw(1), two = draw(2), three = draw(3), four = draw(4);
   set_num_threads(saved);
   CHECK(one == two);
+  CHECK(one == three);
   CHECK(one == four);
 }
 
