@@ -86,7 +86,9 @@ void RunMonitor::finish_profile() {
   if (rank_ == 0) {
     out_ << fmt::format("profiler: {} events over {} active steps; Chrome trace of each rank in {}/trace.rank<R>.json\n",
                         prof_->events().size(), config_.schedule.active, config_.profile_dir);
-    out_ << prof_->key_averages().table(30);
+    const profiler::KeyAverages averages = prof_->key_averages();
+    out_ << averages.table(30);
+    out_ << averages.kernel_class_table();
     out_ << profiler::memory_summary();
   }
 }

@@ -96,6 +96,37 @@ std::string KeyAverages::table(size_t row_limit) const {
   return out;
 }
 
+std::vector<KernelClass> KeyAverages::kernel_classes() const {
+  std::vector<KernelClass> c = {{.name = "GEMM"}, {.name = "attention"}, {.name = "memory-bound"}};
+  for (const KeyAverage& r : rows_) {
+    if (r.category != "kernel") continue;
+    const bool gemm = r.name == "linear" || r.name == "bmm" || r.name == "conv2d" || r.name == "conv2d_backward";
+    KernelClass& k = c[gemm ? 0 : r.name.starts_with("attention_") ? 1 : 2];
+    k.calls += r.calls;
+    k.self_ns += r.self_ns;
+    k.device_ms += r.device_ms;
+    k.flops += r.flops;
+  }
+  return c;
+}
+
+std::string KeyAverages::kernel_class_table() const {
+  const std::vector<KernelClass> c = kernel_classes();
+  const bool device = std::any_of(c.begin(), c.end(), [](const KernelClass& k) { return k.device_ms > 0; });
+  auto seconds = [&](const KernelClass& k) { return device ? k.device_ms / 1e3 : static_cast<double>(k.self_ns) / 1e9; };
+  double total = 0;
+  for (const KernelClass& k : c) total += seconds(k);
+  std::string out = fmt::format("kernel time by class ({}):\n", device ? "device time" : "self CPU time");
+  for (const KernelClass& k : c) {
+    const double s = seconds(k);
+    out += fmt::format("  {:<13}{:>8} calls {:>12.3f} ms {:>6.1f}%", k.name, k.calls, s * 1e3,
+                       total > 0 ? 100 * s / total : 0.0);
+    if (k.flops > 0 && s > 0) out += fmt::format("  {:.1f} GFLOP/s of counted FLOPs", k.flops / s / 1e9);
+    out += "\n";
+  }
+  return out;
+}
+
 KeyAverages Profiler::key_averages(bool group_by_shape) const { return KeyAverages(events_, group_by_shape); }
 
 }  // namespace kiln::profiler

@@ -20,6 +20,13 @@ struct KeyAverage {
   double flops = 0;      // linear, bmm, conv2d: FLOPs summed
 };
 
+/// The kernels' time in one class (see KeyAverages::kernel_classes).
+struct KernelClass {
+  std::string name;
+  int64_t calls = 0, self_ns = 0;
+  double device_ms = 0, flops = 0;
+};
+
 class KeyAverages {
  public:
   KeyAverages(const std::vector<Event>& events, bool group_by_shape);
@@ -32,6 +39,14 @@ class KeyAverages {
   /// The table: name, category, calls, self/total time, self %, device time (and shapes);
   /// `row_limit` rows at most (0: all).
   std::string table(size_t row_limit = 0) const;
+  /// The kernel rows summed in three classes, in this order: "GEMM" (linear, bmm, conv2d and its
+  /// backward), "attention" (the fused attention's forward and backward) and "memory-bound"
+  /// (every other kernel: elementwise, reductions, softmax, norms, copies, indexing, optimizer).
+  std::vector<KernelClass> kernel_classes() const;
+  /// kernel_classes() as lines: each class's calls, kernel time (the device's where measured,
+  /// else self CPU time), share of all kernel time and, for GEMM and attention, the rate of the
+  /// FLOPs the profiler counts.
+  std::string kernel_class_table() const;
 
  private:
   std::vector<KeyAverage> rows_;

@@ -131,6 +131,36 @@ TEST_CASE("fused attention is a kernel of the table: timed, with the FLOPs of q 
   CHECK(prof.key_averages().total_flops() == doctest::Approx(2.0 * 2 * 3 * 5 * 7 * (4 + 6)));
 }
 
+TEST_CASE("kernel classes: GEMM, attention and memory-bound time are summed apart") {
+  // Recorded kernels of a transformer-like step: each lands in its class, nothing else does.
+  NoGradGuard no_grad;
+  Tensor q = randn({1, 2, 8, 4});
+  profiler::Profiler prof;
+  prof.start();
+  Tensor y = matmul(randn({4, 16}), randn({16, 8}));
+  op::attention(q, q, q, Tensor(), AttentionParams{.scale = 0.5});
+  y.exp().sum();
+  prof.stop();
+  const profiler::KeyAverages avg = prof.key_averages();
+  std::vector<profiler::KernelClass> c = avg.kernel_classes();
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].name == "GEMM");
+  CHECK(c[0].calls == 1);
+  CHECK(c[0].flops == doctest::Approx(2.0 * 4 * 16 * 8));
+  CHECK(c[1].name == "attention");
+  CHECK(c[1].calls == 1);
+  CHECK(c[2].name == "memory-bound");
+  CHECK(c[2].calls >= 4);  // two random fills, exp, sum
+  int64_t kernel_ns = 0;
+  for (const profiler::KeyAverage& r : avg.rows())
+    if (r.category == "kernel") kernel_ns += r.self_ns;
+  CHECK(c[0].self_ns + c[1].self_ns + c[2].self_ns == kernel_ns);
+  const std::string t = avg.kernel_class_table();
+  CHECK(t.find("GEMM") != std::string::npos);
+  CHECK(t.find("memory-bound") != std::string::npos);
+  CHECK(t.find("self CPU time") != std::string::npos);
+}
+
 TEST_CASE("the Chrome trace is valid JSON whose thread events nest and name the rank") {
   profiler::Profiler prof({.record_shapes = true, .rank = 3});
   prof.start();
