@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cuda_probe.h"
+#include "bench/host_check.h"
+#include "bench/local_job.h"
 #include "bench/scaling_math.h"
 #include "bench/timing.h"
 #include "core/cli.h"
@@ -32,7 +35,9 @@ using kiln::bench::now_s;
 
 namespace {
 
-void run(int64_t max_bytes, const std::string& backend, bench::Collective op) {
+/// `host`: the start process's host check (null in a launched rank other than 0); rank 0
+/// finishes it into the JSON line.
+void run(int64_t max_bytes, const std::string& backend, bench::Collective op, bench::HostCheck* host) {
   Device dev = kCPU;
 #ifdef KILN_HAVE_CUDA
   if (backend == "nccl") {
@@ -88,13 +93,12 @@ void run(int64_t max_bytes, const std::string& backend, bench::Collective op) {
       results.push_back({{"bytes", bytes}, {"us", per * 1e6}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}});
     }
   }
-  if (rank == 0)
-    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "allreduce"},
-                                              {"op", name},
-                                              {"backend", backend},
-                                              {"ranks", n},
-                                              {"results", results}}
-                           .dump());
+  if (rank == 0) {
+    nlohmann::ordered_json line = {
+        {"benchmark", "allreduce"}, {"op", name}, {"backend", backend}, {"ranks", n}, {"results", results}};
+    if (host) host->finish(line);
+    fmt::print("{}\n", line.dump());
+  }
 }
 
 }  // namespace
@@ -110,17 +114,26 @@ int main(int argc, char** argv) {
   std::string op_name = "allreduce";
   app.add_option("--op", op_name, "the collective: allreduce, or reduce_scatter / allgather as ZeRO runs them")
       ->check(cli::one_of({"allreduce", "reduce_scatter", "allgather"}));
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const bench::Collective op = bench::parse_collective(op_name);
   if (backend == "nccl" && !dist::launched_with_world() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"allreduce\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
+  std::optional<bench::HostCheck> host;
+  if (bench::leads_job()) {
+    host.emplace("allreduce_bench", allow_load);
+    if (!host->may_report()) return bench::kLoadedExitCode;
+  }
+  bench::HostCheck* host_ptr = host ? &*host : nullptr;
   if (dist::launched_with_world()) {  // under //distributed:launch
-    run(max_bytes, backend, op);
+    run(max_bytes, backend, op, host_ptr);
     return 0;
   }
-  auto results = dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes, backend, op); }, {.timeout_s = 600});
+  auto results =
+      dist::run_local_ranks(nproc, [&](int, int) { run(max_bytes, backend, op, host_ptr); }, {.timeout_s = 600});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "allreduce_bench: rank %zu failed\n", r);

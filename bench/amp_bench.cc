@@ -24,6 +24,7 @@
 #include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "bench/cuda_probe.h"
+#include "bench/host_check.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/generator.h"
@@ -129,12 +130,16 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "comma-separated models")
       ->delimiter(',')
       ->check(cli::one_of({"mlp", "cnn", "wide_mlp", "wide_cnn"}));
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const Device dev(device);
   if (dev.is_cuda() && !bench::cuda_device_present()) {
     std::printf("skipped: no CUDA device\n{\"benchmark\": \"amp\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
+  bench::HostCheck host("amp_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   fmt::print("Mixed precision step time on {} (median of {} blocks of {} steps; peak = {})\n", device, blocks, steps,
              dev.is_cuda() ? "peak allocated device memory" : "peak resident set of the process");
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
   }
   std::remove(scratch.c_str());
   nlohmann::ordered_json line = {{"benchmark", "amp"}, {"device", device}, {"results", results}};
+  host.finish(line);
   fmt::print("{}\n", line.dump());
   return 0;
 }

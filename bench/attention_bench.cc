@@ -5,6 +5,7 @@
 // --reps runs after a warm-up (shared machines add noise only upwards). Prints a table and one
 // JSON line.
 //   attention_bench [--seqs 256,1024] [--reps 5] [--threads N] [--device cpu|cuda] [--dtype f32|bf16|f16]
+//                   [--allow-load]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/host_check.h"
 #include "bench/timing.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
@@ -100,7 +102,16 @@ int main(int argc, char** argv) {
   std::vector<int64_t> seqs = {256, 1024};
   int reps = 5;
   std::string device = "cpu", dtype = "f32";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool allow_load = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--allow-load")) {
+      allow_load = true;
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "attention_bench: %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--seqs")) seqs = parse_list(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) set_num_threads(std::atoi(argv[i + 1]));
@@ -110,6 +121,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "attention_bench: unknown flag %s\n", argv[i]);
       return 2;
     }
+    ++i;
   }
   const DType dt = dtype == "bf16" ? kBFloat16 : dtype == "f16" ? kFloat16 : kFloat32;
   if (dtype != "f32" && dtype != "bf16" && dtype != "f16") {
@@ -128,6 +140,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 #endif
+  bench::HostCheck host("attention_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   const int64_t B = 4, H = 12, D = 64;
   manual_seed(0);
   nlohmann::json rows = nlohmann::json::array();
@@ -154,6 +168,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"bench", "attention"}, {"device", device}, {"dtype", dtype}, {"B", B}, {"H", H}, {"D", D},
                         {"causal", true},
                         {"threads", get_num_threads()}, {"rows", rows}};
+  host.finish(out);
   fmt::print("{}\n", out.dump());
   return 0;
 }

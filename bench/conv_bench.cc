@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/host_check.h"
+#include "core/cli.h"
 #include "core/conv.h"
 #include "core/kernels.h"
 #include "core/ops.h"
@@ -51,7 +53,14 @@ struct Layer {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  cli::App app("conv2d forward/backward GFLOP/s on the Fashion-MNIST CNN's convolutions, and max pooling.",
+               "conv_bench");
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  bench::HostCheck host("conv_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   manual_seed(0);
   Json json;
   json["threads"] = get_num_threads();
@@ -98,6 +107,7 @@ int main() {
     json[fmt::format("maxpool_after_{}_fwd_ms", l.name)] = t_fwd * 1e3;
     json[fmt::format("maxpool_after_{}_bwd_ms", l.name)] = t_bwd * 1e3;
   }
+  host.finish(json);
   fmt::print("{}\n", json.dump());
   return 0;
 }

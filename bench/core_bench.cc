@@ -22,6 +22,7 @@
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "bench/host_check.h"
 #include "bench/timing.h"
 
 using namespace kiln;
@@ -189,11 +190,16 @@ int main(int argc, char** argv) {
   app.add_option("eigen_reference", reference,
                  "the bench/eigen_gemm_reference binary (bench/BUILD passes it; optional when run by hand)")
       ->check(CLI::ExistingFile);
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  bench::HostCheck host("core_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   Json json = {{"bench", "core_bench"}};
   json["threads"] = get_num_threads();
   bench_matmul(json, reference.empty() ? nullptr : reference.c_str());
   bench_memory(json);
+  host.finish(json);
   fmt::print("{}\n", json.dump());
   return 0;
 }

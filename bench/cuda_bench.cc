@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/host_check.h"
 #include "core/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
@@ -51,11 +52,15 @@ int main(int argc, char** argv) {
                "cuda_bench");
   app.add_option("--only", only, "comma-separated parts of row names: run only the rows that contain one")
       ->delimiter(',');
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"cuda_bench\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
+  bench::HostCheck host("cuda_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   std::printf("device: %s\n", cuda::device_description(0).c_str());
   const Device gpu("cuda:0");
   const int64_t n = int64_t{1} << 26;  // 64 Mi elements
@@ -145,5 +150,6 @@ int main(int argc, char** argv) {
     json["d2h GB/s"] = f4 / d2h / 1e6;
   }
   std::printf("%s\n", cuda::memory_summary(0).c_str());
+  host.finish(json);
   std::printf("%s\n", json.dump().c_str());
 }

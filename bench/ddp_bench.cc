@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@
 #include "distributed/zero.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
+#include "bench/host_check.h"
+#include "bench/local_job.h"
 #include "bench/step_profile.h"
 #include "bench/timing.h"
 
@@ -48,7 +51,9 @@ struct Mode {
   double step = 0, comm = 0, exposed = 0;
 };
 
-void run(int min_steps, double min_block_ms, int blocks, bool bucket_view) {
+/// `host`: the start process's host check (in every forked rank; null in a launched rank other
+/// than 0). Rank 0 finishes it into the JSON line.
+void run(int min_steps, double min_block_ms, int blocks, bool bucket_view, bench::HostCheck* host) {
   auto pg = dist::init_process_group();
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (pg->rank() == 0) {
@@ -154,13 +159,14 @@ void run(int min_steps, double min_block_ms, int blocks, bool bucket_view) {
                          {"compute", bench::to_json(alone)}});
     }
   }
-  if (pg->rank() == 0)
-    fmt::print("{}\n",
-               nlohmann::ordered_json{{"benchmark", "ddp"},
-                                      {"ranks", pg->size()},
-                                      {"gradient_as_bucket_view", bucket_view},
-                                      {"results", results}}
-                   .dump());
+  if (pg->rank() == 0) {
+    nlohmann::ordered_json line = {{"benchmark", "ddp"},
+                                   {"ranks", pg->size()},
+                                   {"gradient_as_bucket_view", bucket_view},
+                                   {"results", results}};
+    if (host) host->finish(line);
+    fmt::print("{}\n", line.dump());
+  }
 }
 
 }  // namespace
@@ -177,13 +183,21 @@ int main(int argc, char** argv) {
   app.add_option("--blocks", blocks, "timed blocks per mode (the median is reported)")->check(cli::range(1, 10000));
   app.add_option("--gradient-as-bucket-view", bucket_view,
                  "1: each .grad a view of its bucket (no copy back; the default); 0: copied in and out");
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  std::optional<bench::HostCheck> host;
+  if (bench::leads_job()) {
+    host.emplace("ddp_bench", allow_load);
+    if (!host->may_report()) return bench::kLoadedExitCode;
+  }
+  bench::HostCheck* host_ptr = host ? &*host : nullptr;
   if (dist::launched_with_world()) {
-    run(steps, min_block_ms, blocks, bucket_view);
+    run(steps, min_block_ms, blocks, bucket_view, host_ptr);
     return 0;
   }
   auto results = dist::run_local_ranks(
-      nproc, [&](int, int) { run(steps, min_block_ms, blocks, bucket_view); }, {.timeout_s = 1200});
+      nproc, [&](int, int) { run(steps, min_block_ms, blocks, bucket_view, host_ptr); }, {.timeout_s = 1200});
   for (size_t r = 0; r < results.size(); ++r)
     if (results[r].exit_code != 0) {
       std::fprintf(stderr, "ddp_bench: rank %zu failed\n", r);

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/host_check.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/matmul_precision.h"
@@ -49,11 +50,15 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", sizes, "comma-separated square sizes")
       ->delimiter(',')
       ->check(cli::range<int64_t>(1, 65536));
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::printf("skipped: no CUDA device\n{\"bench\": \"gemm_bench\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
+  bench::HostCheck host("gemm_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   std::printf("device: %s\n", cuda::device_description(0).c_str());
   const Device gpu("cuda:0");
   struct Mode {
@@ -84,5 +89,7 @@ int main(int argc, char** argv) {
     report(m, "linear+bias", M, K, N, time_ms([&] { Tensor y = op::linear(x, w, bias); }, 20));
   }
   set_float32_matmul_precision(Float32MatmulPrecision::highest);
-  std::printf("%s\n", nlohmann::ordered_json{{"bench", "gemm_bench"}, {"results", results}}.dump().c_str());
+  nlohmann::ordered_json line = {{"bench", "gemm_bench"}, {"results", results}};
+  host.finish(line);
+  std::printf("%s\n", line.dump().c_str());
 }

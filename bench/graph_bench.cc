@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
+#include "bench/host_check.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/device_graph.h"
@@ -79,12 +80,16 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "steps per timed block")->check(cli::range(1, 1000000));
   app.add_option("--blocks", blocks, "timed blocks (the median is reported)")->check(cli::range(1, 10000));
   app.add_option("--batch-size", batch, "batch size")->check(cli::range<int64_t>(1, 1 << 20));
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const Device dev(device);
   if (!dev.is_cuda() || device_count(DeviceType::CUDA) == 0 || !has_device_graph(DeviceType::CUDA)) {
     std::printf("skipped: no CUDA device\n{\"benchmark\": \"cuda_graph\", \"skipped\": \"no CUDA device\"}\n");
     return 0;
   }
+  bench::HostCheck host("graph_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
 
   Setup eager = make_setup(dev, batch);
   auto eager_step = [&](int64_t i) {
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
                                  {"batch_size", batch},       {"eager_step_ms", eager_ms}, {"graph_step_ms", graph_ms},
                                  {"speedup", eager_ms / graph_ms}, {"eager_loss", eager_loss},
                                  {"graph_loss", graph_loss}};
+  host.finish(line);
   fmt::print("{}\n", line.dump());
   return 0;
 }

@@ -18,12 +18,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
+#include "bench/host_check.h"
 #include "bench/local_job.h"
 #include "bench/timing.h"
 #include "core/cli.h"
@@ -81,7 +84,9 @@ void fill_breakdown(const dist::PipelineStats& st, const Usage& used, double* v)
   v[6] += 1e3 * rest;
 }
 
-void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
+/// `host`: the start process's host check (null in a launched rank other than 0); rank 0
+/// finishes it into the JSON line.
+void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown, bench::HostCheck* host) {
   auto pg = dist::init_process_group();
   const int p = pg->size();
   std::string json;
@@ -182,7 +187,12 @@ void run(int steps, const std::vector<int>& micro, int chunks, bool breakdown) {
       }
     }
   }
-  if (pg->rank() == 0) fmt::print("{{\"benchmark\": \"pipeline\", \"stages\": {}, \"results\": [{}]}}\n", p, json);
+  if (pg->rank() == 0) {
+    auto line = nlohmann::ordered_json::parse(
+        fmt::format("{{\"benchmark\": \"pipeline\", \"stages\": {}, \"results\": [{}]}}", p, json));
+    if (host) host->finish(line);
+    fmt::print("{}\n", line.dump());
+  }
 }
 
 }  // namespace
@@ -205,6 +215,14 @@ int main(int argc, char** argv) {
       ->check(cli::range(1, 8));
   bool breakdown = false;
   app.add_flag("--breakdown", breakdown, "print each stage's mean step split into waits and compute");
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  return bench::run_on_ranks(stages, [&] { run(steps, micro, chunks, breakdown); }, "pipeline_bench");
+  std::optional<bench::HostCheck> host;
+  if (bench::leads_job()) {
+    host.emplace("pipeline_bench", allow_load);
+    if (!host->may_report()) return bench::kLoadedExitCode;
+  }
+  bench::HostCheck* host_ptr = host ? &*host : nullptr;
+  return bench::run_on_ranks(stages, [&] { run(steps, micro, chunks, breakdown, host_ptr); }, "pipeline_bench");
 }

@@ -6,12 +6,15 @@
 // the backends' own pointers (profiler_test checks it).
 //   tools/bazel run //bench:profiler_overhead_bench
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 
 #include "autograd/autograd.h"
+#include "bench/host_check.h"
 #include "bench/timing.h"
+#include "core/cli.h"
 #include "core/allocator.h"
 #include "core/ops.h"
 #include "examples/models.h"
@@ -37,7 +40,14 @@ template <class F> double ns_per(int n, F&& f) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  cli::App app("What the profiler's hooks cost per step of the main job's MLP when no profiler records.",
+               "profiler_overhead_bench");
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  bench::HostCheck host("profiler_overhead_bench", allow_load);
+  if (!host.may_report()) return bench::kLoadedExitCode;
   auto model = examples::make_mlp();
   optim::SGDOptions so(0.01);
   so.momentum = 0.9;
@@ -88,7 +98,11 @@ int main() {
               rf_ns, clock_ns, plain_ns, counted_ns);
   std::printf("step %.3f ms (median of 30); hooks when off %.2f us = %.4f%% of the step\n", step_ns / 1e6,
               hooks_ns / 1e3, 100 * hooks_ns / step_ns);
-  std::printf("{\"bench\":\"profiler_overhead\",\"step_ms\":%.4f,\"off_hooks_us\":%.3f,\"off_overhead_pct\":%.5f}\n",
-              step_ns / 1e6, hooks_ns / 1e3, 100 * hooks_ns / step_ns);
+  nlohmann::ordered_json line = {{"bench", "profiler_overhead"},
+                                 {"step_ms", step_ns / 1e6},
+                                 {"off_hooks_us", hooks_ns / 1e3},
+                                 {"off_overhead_pct", 100 * hooks_ns / step_ns}};
+  host.finish(line);
+  std::printf("%s\n", line.dump().c_str());
   return 0;
 }

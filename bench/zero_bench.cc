@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
+#include "bench/host_check.h"
+#include "bench/local_job.h"
 #include "bench/timing.h"
 #include "core/cli.h"
 #include "core/generator.h"
@@ -139,11 +142,24 @@ int main(int argc, char** argv) {
   cli::App app("ZeRO-1 vs DDP: optimizer-state bytes and peak live tensor bytes per rank, and step time.", "zero_bench");
   app.add_option("--nproc", nprocs, "world sizes to run (ignored under a launcher)")->delimiter(',');
   app.add_option("--steps", steps, "timed steps per mode (the median is reported)")->check(cli::range(1, 100000));
+  bool allow_load = false;
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  std::optional<bench::HostCheck> host;  // null in a launched rank other than 0
+  if (bench::leads_job()) {
+    host.emplace("zero_bench", allow_load);
+    if (!host->may_report()) return bench::kLoadedExitCode;
+  }
+  // Rank 0's JSON line of one world size, the host (load average at its end) added.
+  auto print_line = [&](const nlohmann::ordered_json& results) {
+    nlohmann::ordered_json line = {{"benchmark", "zero"}, {"results", results}};
+    if (host) host->finish(line);
+    fmt::print("{}\n", line.dump());
+  };
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (dist::launched_with_world()) {
     run(steps, &results);
-    if (dist::get_rank() == 0) fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "zero"}, {"results", results}}.dump());
+    if (dist::get_rank() == 0) print_line(results);
     return 0;
   }
   fmt::print("ZeRO-1 vs DDP, wide MLP 784-2048x3-10, batch 128 per rank, Gloo on 127.0.0.1, 1 thread per rank\n");
@@ -154,7 +170,7 @@ int main(int argc, char** argv) {
     auto r = dist::run_local_ranks(n, [&](int rank, int) {
       nlohmann::ordered_json mine = nlohmann::ordered_json::array();
       run(steps, &mine);
-      if (rank == 0) fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "zero"}, {"results", mine}}.dump());
+      if (rank == 0) print_line(mine);
     }, {.timeout_s = 1800});
     for (size_t i = 0; i < r.size(); ++i)
       if (r[i].exit_code != 0) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmarks' command lines: a garbage number, an out-of-range value or an unknown choice is
 # refused before anything runs, with a message naming the flag and the value and exit 2 (they
-# used to go through atoi, where garbage silently became 0); --help exits 0.
+# used to go through atoi, where garbage silently became 0); --help exits 0 and lists --allow-load
+# (bench/host_check.h) in every benchmark.
 # Arguments: ddp_bench, amp_bench, allreduce_bench, core_bench, eigen_gemm_reference, pipeline_bench.
 set -u
 ddp="$1" amp="$2" allreduce="$3" core="$4" eigen="$5" pipeline="$6"
@@ -41,6 +42,9 @@ for bin in "$ddp" "$amp" "$allreduce" "$core" "$eigen" "$pipeline"; do
   code=$?
   if [ "$code" -ne 0 ] || [[ "$out" != *"--help"* ]]; then
     echo "FAIL: $(basename "$bin") --help -> exit $code: $out"
+    failures=$((failures + 1))
+  elif [ "$bin" != "$eigen" ] && [[ "$out" != *"--allow-load"* ]]; then
+    echo "FAIL: $(basename "$bin") --help lists no --allow-load: $out"
     failures=$((failures + 1))
   fi
 done

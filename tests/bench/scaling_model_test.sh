@@ -49,8 +49,9 @@ echo "$out" | grep -qE '^ +cnn +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+% \| .*\(timed 
 echo "$out" | grep -qE '^ +2 +test +mlp +10\.00 \| +[0-9.]+ +[-+][0-9]+% \| +- +\| +- ' ||
   fail "a DDP line without compute has a prediction at n ranks"
 
-# ddp_bench's compute mode: a 2-rank run's lines carry the model alone, every rank at once.
-line=$("$ddp_bench" --nproc 2 --steps 1 --blocks 1 2>&1 | grep '^{')
+# ddp_bench's compute mode: a 2-rank run's lines carry the model alone, every rank at once
+# (--allow-load: a loaded test machine must not make it refuse).
+line=$("$ddp_bench" --nproc 2 --steps 1 --blocks 1 --allow-load 2>&1 | grep '^{')
 python3 -c 'import json,sys; j=json.loads(sys.argv[1]); r={x["model"]: x for x in j["results"]}
 assert sorted(r) == ["cnn", "mlp", "wide_mlp"], r.keys()
 c=r["wide_mlp"]["compute"]; assert c["backward_ms"] > 0 and len(c["buckets"]) >= 2, c
