@@ -3,6 +3,7 @@
 //   tools/bazel run //examples:gpt -- --model d6 --max-steps 200
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "core/cli.h"
 #include "examples/pipeline_flags.h"
@@ -20,6 +21,7 @@ struct Flags {
               *model = nullptr, *micro = nullptr, *schedule = nullptr,
               *virtual_stages = nullptr;
   int64_t layers = 0, heads = 0, embd = 0, block_size = 0;
+  std::vector<int64_t> profile_steps{2, 1, 3};  // --profile-steps wait,warmup,active
 
   void declare(CLI::App& app) {
     model = app.add_option("--model", c.model, "named shape: d6, d12 (GPT-2 small) or d24 (GPT-2 medium)")
@@ -87,9 +89,11 @@ struct Flags {
     app.add_option("--temperature", c.temperature, "sampling temperature")->check(cli::range(1e-3, 100.0));
     app.add_option("--top-k", c.top_k, "sample among the k likeliest tokens (0: all)")->check(cli::range<int64_t>(0, 1 << 20));
     app.add_option("--prompt", c.prompt, "text the sample continues");
-    app.add_option("--profile", c.profile_dir,
-                   "profile --profile-steps steps after the first 3: Chrome trace in DIR, op table printed");
-    app.add_option("--profile-steps", c.profile_steps, "steps --profile records")->check(cli::range(1, 1000));
+    app.add_option("--profile", c.profile_dir, "profile a few steps: Chrome trace in DIR, op table printed");
+    app.add_option("--profile-steps", profile_steps, "profiler schedule: wait,warmup,active steps")
+        ->expected(3)
+        ->delimiter(',')
+        ->check(cli::range<int64_t>(0, 1 << 30));
     app.add_option("--peak-tflops", c.peak_tflops, "the device's peak for MFU (default: derived for the CPU)")
         ->check(cli::range(0.0, 1e6));
   }
@@ -121,6 +125,8 @@ struct Flags {
           !problem.empty())
         return problem;
     if (!c.profile_dir.empty() && c.pipeline_stages > 1) return "--profile profiles one-process or --ddp runs, not pipelines";
+    if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
+    c.profile_wait = profile_steps[0], c.profile_warmup = profile_steps[1], c.profile_active = profile_steps[2];
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);

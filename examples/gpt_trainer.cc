@@ -234,12 +234,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
-  // --profile: this invocation's steps 1-2 run unrecorded, step 3 is recorded as warm-up and
-  // dropped, the next --profile-steps are kept; then the op table is printed.
+  // --profile: as the main job's, on this invocation's steps (wait, record and drop warm-up,
+  // keep active); then the op table and the kernel classes are printed.
   std::unique_ptr<RunMonitor> monitor;
   if (!c.profile_dir.empty())
     monitor = std::make_unique<RunMonitor>(
-        MonitorConfig{.profile_dir = c.profile_dir, .schedule = {.wait = 2, .warmup = 1, .active = c.profile_steps, .repeat = 1},
+        MonitorConfig{.profile_dir = c.profile_dir,
+                      .schedule = {.wait = c.profile_wait, .warmup = c.profile_warmup, .active = c.profile_active},
                       .log_every = int64_t{1} << 40},
         rank, 0.0, c.device.is_cuda(), out);
   while (state.step < last) {

@@ -60,8 +60,8 @@ struct TrainConfig {
   int64_t top_k = 40;
   std::string prompt = "\n";
   double peak_tflops = 0;   // 0: derived for the CPU (gpt_sample.h)
-  std::string profile_dir;  // "": no profile; else steps 3.. of the run profiled, the op table printed
-  int profile_steps = 3;    // steps recorded by --profile (after 2 skipped and 1 warm-up)
+  std::string profile_dir;  // "": no profile; else the op table of the steps below, a trace in DIR
+  int64_t profile_wait = 2, profile_warmup = 1, profile_active = 3;  // --profile-steps wait,warmup,active
 };
 
 struct TrainResult {

@@ -74,7 +74,7 @@ EOF
     echo "GPT: Kiln misses a speed target (or did not run): profiling 3 steps"
     kiln "$B/bin/gpt" --init-from-hf "$g/init_hf" --data "$g/corpus.txt" --batch-size 16 --seq-len 1024 \
       --max-steps 8 --eval-every 0 --eval-batches 1 --sample-tokens 0 --device cuda --amp bf16 \
-      --profile "$g/profile" --profile-steps 3 > "$g/profile.log" 2>&1
+      --profile "$g/profile" --profile-steps 2,1,3 > "$g/profile.log" 2>&1
     echo "profiled run exit $?"
     sed -n '/^profiler:/,$p' "$g/profile.log" | head -45
   fi
