@@ -4,8 +4,9 @@ torch.nn.functional.scaled_dot_product_attention on the CPU, in one run on this 
 causal, B=4 H=12 D=64, the same sequence lengths, the same thread count, the same timing (best of
 --reps forward and forward+backward runs after a warm-up). PyTorch is PyTorch 2.x from PyPI in
 the venv vs_pytorch.py sets up ($KILN_TORCH_VENV, default ~/.cache/kiln/torch-venv), or
-$KILN_TORCH_PYTHON. Prints a side-by-side table with ratios and one JSON line.
-  attention_vs_pytorch.py --attention-bench PATH [--seqs 256,1024] [--reps 5] [--threads N]"""
+$KILN_TORCH_PYTHON. Prints a side-by-side table with ratios and one JSON line. Refuses to run on a
+loaded machine unless --allow-load (bench/host_check.py), which attention_bench also gets.
+  attention_vs_pytorch.py --attention-bench PATH [--seqs 256,1024] [--reps 5] [--threads N] [--allow-load]"""
 import argparse
 import json
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_check import HostCheck, add_allow_load  # noqa: E402
 from vs_pytorch import torch_python  # noqa: E402
 
 TORCH_SCRIPT = r"""
@@ -51,11 +53,15 @@ def main():
     p.add_argument("--seqs", default="256,1024")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    add_allow_load(p)
     a = p.parse_args()
-    kiln_out = subprocess.run([a.attention_bench, "--seqs", a.seqs, "--reps", str(a.reps), "--threads",
-                               str(a.threads)], capture_output=True, text=True, check=True).stdout
-    kiln = json.loads(kiln_out.strip().splitlines()[-1])
     py, label = torch_python()
+    host = HostCheck("attention_vs_pytorch", a.allow_load)
+    # stderr passes through: a refusal of attention_bench's own host check says why.
+    kiln_out = subprocess.run([a.attention_bench, "--seqs", a.seqs, "--reps", str(a.reps), "--threads",
+                               str(a.threads)] + host.child_flags(), stdout=subprocess.PIPE, text=True,
+                              check=True).stdout
+    kiln = json.loads(kiln_out.strip().splitlines()[-1])
     seqs = [int(s) for s in a.seqs.split(",")]
     torch_out = subprocess.run([py, "-c", TORCH_SCRIPT, json.dumps(seqs), str(a.reps), str(a.threads)],
                                capture_output=True, text=True, check=True).stdout
@@ -70,7 +76,8 @@ def main():
             print(f"{kr['T']:>6} {what:>22} {kf:>11.2f} {kc:>11.2f} {tt:>11.2f} {tt / kf:>13.2f}x")
         print(f"{kr['T']:>6} {'peak MiB (Kiln)':>22} {kr['fused_peak_mib']:>11.1f} {kr['composite_peak_mib']:>11.1f}")
         rows.append({**kr, "torch_fwd_ms": tr["fwd_ms"], "torch_step_ms": tr["step_ms"]})
-    print(json.dumps({"bench": "attention_vs_pytorch", "torch": label, "threads": a.threads, "rows": rows}))
+    print(json.dumps(host.finish({"bench": "attention_vs_pytorch", "torch": label, "threads": a.threads,
+                                  "rows": rows}, children=[kiln])))
 
 
 if __name__ == "__main__":

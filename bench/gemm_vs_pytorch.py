@@ -3,13 +3,18 @@
 run: the same problems (square sizes and a 8192x4096x4096 linear with bias), the same modes
 (f32, TF32 via torch.backends.cuda.matmul.allow_tf32, bf16, f16) and the same timing (median of 5
 blocks between CUDA events after a warm-up). Prints a side-by-side table with Kiln/PyTorch, and
-one JSON line.
-  gemm_vs_pytorch.py --gemm-bench PATH [--sizes 1024,2048,4096,8192]"""
+one JSON line. Refuses to run on a loaded machine unless --allow-load (bench/host_check.py), which
+gemm_bench also gets.
+  gemm_vs_pytorch.py --gemm-bench PATH [--sizes 1024,2048,4096,8192] [--allow-load]"""
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_check import HostCheck, add_allow_load  # noqa: E402
 
 
 def torch_ms(torch, fn, iters):
@@ -50,8 +55,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--gemm-bench", required=True)
     p.add_argument("--sizes", default="1024,2048,4096,8192")
+    add_allow_load(p)
     a = p.parse_args()
-    run = subprocess.run([a.gemm_bench, "--sizes", a.sizes], capture_output=True, text=True, check=True)
+    host = HostCheck("gemm_vs_pytorch", a.allow_load)
+    # stderr passes through: a refusal of gemm_bench's own host check says why.
+    run = subprocess.run([a.gemm_bench, "--sizes", a.sizes] + host.child_flags(), stdout=subprocess.PIPE, text=True,
+                         check=True)
     kiln = json.loads(run.stdout.strip().splitlines()[-1])
     if "skipped" in kiln:
         print("skipped:", kiln["skipped"])
@@ -68,7 +77,8 @@ def main():
         print(f"{r['mode']:6} {r['op'] + ' ' + str(r['M']) + 'x' + str(r['K']) + 'x' + str(r['N']):26} "
               f"{r['tflops']:13.1f} {t:9.1f} {ratio:13.3f}")
         rows.append({**r, "torch_tflops": round(t, 2), "ratio": round(ratio, 3)})
-    print(json.dumps({"bench": "gemm_vs_pytorch", "device": device, "torch": version, "results": rows}))
+    print(json.dumps(host.finish({"bench": "gemm_vs_pytorch", "device": device, "torch": version, "results": rows},
+                                 children=[kiln])))
     return 0
 
 

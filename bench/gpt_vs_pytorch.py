@@ -9,7 +9,9 @@ JSON line.
 
   --quality-steps N    instead: one d6 run of N steps per framework (Kiln, PyTorch eager) with the
                        validation loss every --eval-every steps, both curves written as an SVG
-                       (--svg) and the final bits per byte printed."""
+                       (--svg) and the final bits per byte printed.
+
+Refuses to run on a loaded machine unless --allow-load (bench/host_check.py)."""
 import argparse
 import json
 import os
@@ -18,6 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_check import HostCheck, add_allow_load  # noqa: E402
 from vs_pytorch import torch_python  # noqa: E402  (the PyPI venv, set up on first use)
 
 
@@ -79,8 +82,10 @@ def main():
     p.add_argument("--quality-steps", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--svg", default="gpt_quality.svg")
+    add_allow_load(p)
     a = p.parse_args()
     py, label = torch_python()
+    host = HostCheck("gpt_vs_pytorch", a.allow_load)
     # Under `bazel run` a relative --svg means the directory the command was given in.
     a.svg = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), a.svg)
     common = ["--batch-size", str(a.batch_size), "--seq-len", str(a.seq_len), "--threads", str(a.threads),
@@ -96,9 +101,9 @@ def main():
         for name, r in (("kiln", kiln), ("pytorch", torch_run)):
             print(f"{name:8s} final val loss {r['val_loss']:.4f} = {r['val_bpb']:.4f} bits per byte, "
                   f"{r['tokens_per_sec']:.0f} tok/s")
-        print(json.dumps({"quality_steps": a.quality_steps, "kiln_val_bpb": kiln["val_bpb"],
-                          "pytorch_val_bpb": torch_run["val_bpb"], "kiln_curve": kiln["val_curve"],
-                          "pytorch_curve": torch_run["val_curve"], "svg": a.svg}))
+        print(json.dumps(host.finish({"quality_steps": a.quality_steps, "kiln_val_bpb": kiln["val_bpb"],
+                                      "pytorch_val_bpb": torch_run["val_bpb"], "kiln_curve": kiln["val_curve"],
+                                      "pytorch_curve": torch_run["val_curve"], "svg": a.svg})))
         return
 
     timed = common + ["--max-steps", str(a.steps), "--eval-every", "0", "--eval-batches", "1",
@@ -126,7 +131,7 @@ def main():
             ratio = "" if k == "kiln" else f"  kiln x{row[f'kiln_vs_{k}']:.2f} (per CPU-second x{row[f'kiln_vs_{k}_cpu']:.2f})"
             print(f"{model} {k:8s} {row[f'{k}_tok_s']:8.0f} tok/s {row[f'{k}_tok_cpu_s']:8.0f} tok/CPU-s "
                   f"{row[f'{k}_rss_mb']:6.0f} MB peak RSS{ratio}", flush=True)
-    print(json.dumps({"pytorch": label, "repeats": a.repeats, "rows": rows}))
+    print(json.dumps(host.finish({"pytorch": label, "repeats": a.repeats, "rows": rows})))
 
 
 if __name__ == "__main__":

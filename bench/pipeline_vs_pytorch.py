@@ -7,11 +7,13 @@ schedule with free communication) and the replay's (every action's own time repl
 --rounds N runs Kiln, PyTorch, Kiln, ... N times each, so that the machine's drift over a run
 falls on both; each figure is then the median over the rounds and the speed-up the median of the
 rounds' ratios, printed with their range. PyTorch comes from the same environment as
-vs_pytorch.py; ends with one JSON line."""
+vs_pytorch.py; ends with one JSON line. Refuses to run on a loaded machine unless --allow-load
+(bench/host_check.py), which pipeline_bench also gets."""
 import argparse
 import json
 import statistics
 
+from host_check import HostCheck, add_allow_load
 from vs_pytorch import last_json, torch_python
 
 
@@ -24,15 +26,18 @@ def main():
     p.add_argument("--micro", default="1,2,4,8,16")
     p.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank of the interleaved rows (1: none)")
     p.add_argument("--rounds", type=int, default=1, help="Kiln and PyTorch alternately, this many times each")
+    add_allow_load(p)
     a = p.parse_args()
     if a.rounds < 1:
         p.error(f"--rounds: must be at least 1, got {a.rounds}")
     py, label = torch_python()
+    host = HostCheck("pipeline_vs_pytorch", a.allow_load)
     common = ["--stages", str(a.stages), "--steps", str(a.steps), "--micro", a.micro,
               "--virtual-stages", str(a.virtual_stages)]
-    kiln_runs, torch_runs = [], []
+    kiln_runs, torch_runs, kiln_lines = [], [], []
     for _ in range(a.rounds):
-        kiln_runs.append(last_json([a.kiln_bin] + common)["results"])
+        kiln_lines.append(last_json([a.kiln_bin] + common + host.child_flags()))
+        kiln_runs.append(kiln_lines[-1]["results"])
         torch_runs.append({(r["schedule"], r["micro_batches"]): r
                            for r in last_json([py, a.pytorch_script] + common)["results"]})
     print(f"\nKiln vs {label} pipelining, {a.stages} stages x 1 thread, Gloo, median of {a.steps} steps"
@@ -59,7 +64,8 @@ def main():
               f"{(f'{t_med:9.2f}' if t_med else '      n/a')} {(f'{ratio:7.2f}x' if ratio else '     n/a')} "
               f"{100 * med['bubble']:11.1f}% {100 * k['ideal_bubble']:6.1f}% {100 * med['model_bubble']:6.1f}% "
               f"{100 * med['replay_bubble']:6.1f}%{spread}")
-    print(json.dumps({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages, "results": rows}))
+    print(json.dumps(host.finish({"benchmark": "pipeline_vs_pytorch", "baseline": label, "stages": a.stages,
+                                  "results": rows}, children=kiln_lines)))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 """The profiler's end-to-end cost on the main job, in process CPU time (docs/benchmarks.md,
 "Profiler overhead"): runs the MLP for one epoch with BASE (a build with
 bench/profiler_baseline.patch applied: no profiler hooks), OFF (the normal build) and ON (the
-normal build recording every step), interleaved, and prints the paired median ratios.
+normal build recording every step), interleaved, and prints the paired median ratios, then one
+JSON line. Refuses to run on a loaded machine unless --allow-load (bench/host_check.py).
 
-    python3 bench/profiler_overhead_e2e.py BASE_MNIST OFF_MNIST [ROUNDS]
+    python3 bench/profiler_overhead_e2e.py BASE_MNIST OFF_MNIST [ROUNDS] [--allow-load]
 """
 import json
 import os
@@ -14,12 +15,18 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_check import HostCheck  # noqa: E402
+
 
 def main():
-    if len(sys.argv) < 3:
+    allow_load = "--allow-load" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--allow-load"]
+    if len(args) < 2:
         sys.exit(__doc__)
-    base, off = sys.argv[1], sys.argv[2]
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 11
+    base, off = args[0], args[1]
+    rounds = int(args[2]) if len(args) > 2 else 11
+    host = HostCheck("profiler_overhead_e2e", allow_load)
     trace_dir = tempfile.mkdtemp(prefix="kiln_profile_")
     variants = {
         "base": [base],
@@ -42,10 +49,13 @@ def main():
     for name in variants:
         print(f"{name}: median CPU {statistics.median(res[name]['cpu']):.3f} s, "
               f"median {statistics.median(res[name]['sps']):.0f} samples/s")
+    ratios = {}
     for name in ("off", "on"):
         cpu = statistics.median(a / b for a, b in zip(res[name]["cpu"], res["base"]["cpu"]))
         sps = statistics.median(a / b for a, b in zip(res[name]["sps"], res["base"]["sps"]))
         print(f"{name}: paired median CPU-time ratio to base {cpu:.4f}, samples/s ratio {sps:.4f}")
+        ratios[f"{name}_cpu_ratio"], ratios[f"{name}_samples_per_sec_ratio"] = cpu, sps
+    print(json.dumps(host.finish({"benchmark": "profiler_overhead_e2e", "rounds": rounds, **ratios})))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ Runs examples/mnist (Kiln) and bench/pytorch_mnist.py (PyTorch) with the same mo
 batch size, optimizer and thread count, prints samples/s and test accuracy for each with the
 ratio, and ends with one JSON line. The PyTorch baseline is PyTorch 2.x from PyPI in a virtual
 environment set up on first use ($KILN_TORCH_VENV, default ~/.cache/kiln/torch-venv); if that
-cannot be installed, Debian's python3-torch is used and labelled as a fallback."""
+cannot be installed, Debian's python3-torch is used and labelled as a fallback. Refuses to run on
+a loaded machine unless --allow-load (bench/host_check.py)."""
 import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+
+from host_check import HostCheck, add_allow_load
 
 VENV = os.environ.get("KILN_TORCH_VENV", os.path.expanduser("~/.cache/kiln/torch-venv"))
 
@@ -63,9 +66,11 @@ def main():
                         "torchrun + DistributedDataParallel, Gloo); --threads is split among them")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per framework, interleaved (kiln, torch, kiln, ...); medians are reported")
+    add_allow_load(p)
     a = p.parse_args()
 
     py, label = torch_python()
+    host = HostCheck("vs_pytorch", a.allow_load)  # after PyTorch's set-up, right before the runs
     threads = max(1, a.threads // a.ddp) if a.ddp else a.threads
     kiln_cmd, torch_cmd = [a.kiln_bin], [py, a.pytorch_script]
     if a.ddp:
@@ -100,8 +105,8 @@ def main():
     for r in rows:
         print(f"{r['model']:6} {r['kiln_samples_per_sec']:15.0f} {r['pytorch_samples_per_sec']:16.0f} "
               f"{r['ratio']:6.2f} {r['kiln_test_accuracy']:9.4f} {r['pytorch_test_accuracy']:10.4f}")
-    print(json.dumps({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads, "ddp_ranks": a.ddp, "epochs": a.epochs,
-                      "repeats": a.repeats, "results": rows}))
+    print(json.dumps(host.finish({"benchmark": "vs_pytorch", "baseline": label, "threads": a.threads,
+                                  "ddp_ranks": a.ddp, "epochs": a.epochs, "repeats": a.repeats, "results": rows})))
 
 
 if __name__ == "__main__":
