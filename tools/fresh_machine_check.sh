@@ -35,6 +35,15 @@ if ! debootstrap --variant=minbase bookworm "$root" "$mirror" > "$root.debootstr
 fi
 echo "fresh_machine_check: minimal root made in $((SECONDS - start)) s"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This network's trust, not a package: where the host's pip is told to trust a CA bundle (a proxy
+# that re-signs TLS, as on these build machines), the root gets the same bundle and setting, so
+# the tests that install from PyPI reach it as they do on the host.
+# (Its own path: a ca-certificates package installed later rewrites the system bundle.)
+bundle=$(sed -n 's/^ *cert *= *//p' /etc/pip.conf 2>/dev/null | head -1)
+if [ -n "$bundle" ] && [ -f "$bundle" ]; then
+  cp -L "$bundle" "$root/etc/host-network-ca.crt"
+  printf '[global]\ncert = /etc/host-network-ca.crt\n' > "$root/etc/pip.conf"
+fi
 mount -t proc proc "$root/proc" && mount --rbind /sys "$root/sys" && mount --rbind /dev "$root/dev" || {
   echo "fresh_machine_check: cannot mount /proc, /sys, /dev in $root" >&2
   exit 1
