@@ -78,10 +78,17 @@ template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b
         one(i);
         continue;
       }
-      const bool split_n = N > M;
+      // Along M where it gives every slab at least 32 rows: 8-row edges there keep Eigen's panels
+      // whole and balance the slabs; along N, whole panels cost up to a panel of imbalance.
+      const bool split_n = M < 32 * slabs && N > M;
       const int64_t len = split_n ? N : M;
-      // Slab edges on multiples of 8 keep Eigen's register blocks whole.
-      const int64_t step = ((len + slabs - 1) / slabs + 7) / 8 * 8;
+      // Slab edges keep Eigen's register blocks whole, so every element of C is computed by the
+      // same micro-kernel (and so rounds the same) whatever the thread count: Eigen runs a
+      // row-major product transposed, in panels of mr = 3 packets along N (24 floats with AVX2,
+      // 48 with AVX-512; 12 and 24 doubles) and of nr columns along M. An edge inside a panel
+      // would move the elements beside it into a narrower kernel that sums in another order.
+      const int64_t align = split_n ? 48 : 8;
+      const int64_t step = ((len + slabs - 1) / slabs + align - 1) / align * align;
       parallel_for(0, slabs, 1, [&](int64_t lo, int64_t hi) {
         for (int64_t sidx = lo; sidx < hi; ++sidx) {
           const int64_t s0 = sidx * step, s1 = std::min(len, s0 + step);

@@ -3,6 +3,7 @@
 // dtypes, and shape errors that name the op and both shapes.
 #include "core/kernels.h"
 #include "core/matmul_precision.h"
+#include "core/parallel.h"
 #include "tests/core/test_util.h"
 
 using namespace kiln;
@@ -70,6 +71,31 @@ TEST_CASE("large products use the threaded GEMM and stay exact to tolerance") {
   CHECK_ALLCLOSE(mm(a, b), ref_matmul(a, b), 1e-11, 1e-11);
   Tensor af = randn({257, 300}), bf = randn({300, 129});
   CHECK_ALLCLOSE(mm(af, bf), ref_matmul(af, bf), 1e-4, 1e-4);
+}
+
+TEST_CASE("products give the same bits at any thread count (the slabs keep Eigen's panels whole)") {
+  // The MLP's forward and backward products, a tall one split along M, and f64: each split into
+  // 2, 3 and 4 slabs must compute every element with the same micro-kernel as one thread does.
+  const int saved = get_num_threads();
+  manual_seed(3);
+  Tensor a = randn({128, 784}), b = randn({784, 256}), g = randn({128, 256}), w = randn({256, 784});
+  Tensor tall = randn({1000, 64}), skinny = randn({64, 40}), ad = randn({96, 300}, kFloat64),
+         bd = randn({300, 200}, kFloat64);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    return std::vector<std::vector<double>>{
+        matmul(a, b).to_vector<double>(),               matmul(g.transpose(0, 1), a).to_vector<double>(),
+        matmul(g, w).to_vector<double>(),               matmul(tall, skinny).to_vector<double>(),
+        matmul(ad, bd).to_vector<double>()};
+  };
+  const auto one = run(1), two = run(2), three = run(3), four = run(4);
+  set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO("product " << i);
+    CHECK(one[i] == two[i]);
+    CHECK(one[i] == three[i]);
+    CHECK(one[i] == four[i]);
+  }
 }
 
 TEST_CASE("bmm matches naive loops, including many small matrices run in parallel") {
