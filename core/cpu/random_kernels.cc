@@ -145,10 +145,12 @@ void uniform_kernel(Tensor& out, Generator& gen, double low, double high) {
 /// of the same code whatever range a thread was given: Eigen's scalar tail (std::log, std::cos)
 /// rounds differently from its packets, and a split that moved an element into the tail would
 /// change its value with the thread count.
+constexpr int64_t kNormalBlock = 256;  // a multiple of kLanes and of every SIMD packet
+
 template <class C>
 void normal_fill(C* dst, int64_t first, int64_t m, const GeneratorState& st, C mean, C std) {
   using Arr = Eigen::Array<C, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 256;  // a multiple of kLanes and of every SIMD packet
+  constexpr int64_t kBlock = kNormalBlock;
   alignas(64) C u1[kBlock], u2[kBlock], res[kBlock];
   PhiloxBlock pb;
   const int64_t end = first + m;
@@ -182,12 +184,13 @@ void normal_kernel(Tensor& out, Generator& gen, double mean, double std) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         normal_fill<T>(o + b, b, e - b, st, static_cast<T>(mean), static_cast<T>(std));
       } else {  // 16-bit: draw in float through a small buffer, then round
-        constexpr int64_t kBuf = 256;
-        float buf[kBuf];
-        for (int64_t blk = b; blk < e; blk += kBuf) {
-          const int64_t m = std::min(kBuf, e - blk);
-          normal_fill<float>(buf, blk, m, st, static_cast<float>(mean), static_cast<float>(std));
-          for (int64_t j = 0; j < m; ++j) o[blk + j] = static_cast<T>(buf[j]);
+        // Pieces end on normal_fill's block edges, so each draws one block, not two, wherever
+        // the thread's range began.
+        float buf[kNormalBlock];
+        for (int64_t blk = b, next; blk < e; blk = next) {
+          next = std::min(e, (blk / kNormalBlock + 1) * kNormalBlock);
+          normal_fill<float>(buf, blk, next - blk, st, static_cast<float>(mean), static_cast<float>(std));
+          for (int64_t j = 0; j < next - blk; ++j) o[blk + j] = static_cast<T>(buf[j]);
         }
       }
     });
