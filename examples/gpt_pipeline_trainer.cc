@@ -76,7 +76,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
              c.batch_size, t, replicas);
   const int64_t accum = budget / micro_tokens;
 
-  profiler::track_memory();  // before the model: the device peak counts every tensor of the run
+  // On a GPU, before the model: the device peak counts every tensor of the run (the CPU's
+  // allocations go uncounted: peak_rss_mb says what they cost).
+  if (c.device.is_cuda()) profiler::track_memory();
   manual_seed(c.seed);
   auto model = std::make_shared<GPT>(c.gpt);  // the whole model, initialised as in one process
   if (hf) load_hf(*model, c.init_from_hf);
