@@ -29,7 +29,7 @@
 #include "core/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/local_ranks.h"
+#include "distributed/launch/local_ranks.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
 #ifdef KILN_HAVE_CUDA

@@ -32,8 +32,8 @@
 #include "core/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/init.h"
-#include "distributed/pipeline.h"
+#include "distributed/backend/init.h"
+#include "distributed/pipeline/pipeline.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 

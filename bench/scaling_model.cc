@@ -28,8 +28,8 @@
 #include "core/cli.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "distributed/init.h"
-#include "distributed/rendezvous.h"
+#include "distributed/backend/init.h"
+#include "distributed/store/rendezvous.h"
 
 using namespace kiln;
 using bench::AlphaBeta;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/cli.h"
-#include "distributed/launch.h"
+#include "distributed/launch/launch.h"
 #include "examples/mnist_flags.h"
 
 namespace {
