@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU-host archive (//cuda:gpu_bundle): make_bundle.sh OUT.tar.xz SCRIPT README
+# Builds the GPU-host archive (//release:gpu_bundle): make_bundle.sh OUT.tar.xz SCRIPT README
 # --tests BIN... --bench BIN... --scripts FILE... --bin BIN... . Copies the binaries and, found with ldd, the shared libraries
 # they need except the C library's own (libc, libm, libdl, libpthread, librt, ld-linux: the
 # host's must be used), the CUDA driver and cuBLAS/cuDNN/NCCL (the host's); the CUDA runtime

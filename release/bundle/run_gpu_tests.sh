@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs Kiln's CUDA tests from //cuda:gpu_bundle on a GPU host that has no Bazel: every binary in
+# Runs Kiln's CUDA tests from //release:gpu_bundle on a GPU host that has no Bazel: every binary in
 # tests/ (doctest arguments pass through), then with --bench the benchmarks in bench/ and the
 # side-by-side comparisons with the host's PyTorch in scripts/ (no PyTorch with CUDA is then a
 # failure). Ends with "N passed, N failed".
