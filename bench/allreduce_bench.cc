@@ -22,7 +22,7 @@
 #include "bench/local_job.h"
 #include "bench/scaling_math.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/ops.h"
 #include "distributed/backend/init.h"
 #include "distributed/launch/local_ranks.h"

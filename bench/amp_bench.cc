@@ -26,7 +26,7 @@
 #include "bench/cuda_probe.h"
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/launch/local_ranks.h"

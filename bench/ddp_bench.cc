@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/data_parallel/ddp.h"

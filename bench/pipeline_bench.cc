@@ -29,7 +29,7 @@
 #include "bench/host_check.h"
 #include "bench/local_job.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/backend/init.h"

@@ -25,7 +25,7 @@
 
 #include "bench/scaling_math.h"
 #include "bench/step_profile.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "distributed/backend/init.h"

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <vector>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "examples/pipeline_flags.h"
 #include "examples/gpt_trainer.h"
 

@@ -6,7 +6,7 @@
 #include <iostream>
 #include <optional>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/matmul_precision.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"

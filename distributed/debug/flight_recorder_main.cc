@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "distributed/debug/flight_recorder_analysis.h"
 
 int main(int argc, char** argv) {

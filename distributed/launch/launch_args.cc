@@ -1,9 +1,9 @@
-// Command-line parsing for the launcher through CLI11 (core/cli.h): flags in both "--flag value"
+// Command-line parsing for the launcher through CLI11 (core/util/cli.h): flags in both "--flag value"
 // and "--flag=value" forms, dashes or underscores (torchrun spells them both ways), then `--`
 // (optional) and the program with its arguments.
 #include <algorithm>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "distributed/launch/launch.h"
 
 namespace kiln::dist {

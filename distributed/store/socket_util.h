@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <string>
 
-#include "core/fd.h"
+#include "core/util/fd.h"
 
 namespace kiln::dist {
 
 using Clock = std::chrono::steady_clock;
 
-using kiln::Fd;  // core/fd.h
+using kiln::Fd;  // core/util/fd.h
 
 /// "host:port", with IPv6 literals bracketed.
 std::string format_address(const std::string& host, int port);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "distributed/launch/launch.h"
 #include "examples/mnist_flags.h"
 
