@@ -4,7 +4,7 @@
 // them (busbw = algbw x (n-1)/n, bytes the whole buffer). Gloo (CPU tensors, this machine's
 // loopback) or, in a build with CUDA, NCCL (each rank's tensors on cuda:LOCAL_RANK; one GPU per
 // rank). Starts its own ranks (--nproc, default 2) as real processes on 127.0.0.1, or joins a
-// job started by //distributed:launch. Rank 0 prints the table; the last line is JSON.
+// job started by //distributed/launch. Rank 0 prints the table; the last line is JSON.
 //   tools/bazel run //bench:allreduce_bench -- --nproc 2 [--backend nccl] [--op reduce_scatter]
 #include <algorithm>
 #include <chrono>
@@ -22,10 +22,10 @@
 #include "bench/local_job.h"
 #include "bench/scaling_math.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/ops.h"
-#include "distributed/init.h"
-#include "distributed/local_ranks.h"
+#include "distributed/backend/init.h"
+#include "distributed/launch/local_ranks.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/device.h"
 #endif
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   int64_t max_bytes = int64_t{64} << 20;
   std::string backend = "gloo";
   cli::App app("All-reduce algbw/busbw over sizes from 4 B to --max-bytes.", "allreduce_bench");
-  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed/launch)")->check(cli::range(1, 256));
   app.add_option("--max-bytes", max_bytes, "largest message in bytes")->check(cli::range<int64_t>(4, int64_t{1} << 40));
   app.add_option("--backend", backend, "process group backend")->check(cli::one_of({"gloo", "nccl"}));
   std::string op_name = "allreduce";
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     if (!host->may_report()) return bench::kLoadedExitCode;
   }
   bench::HostCheck* host_ptr = host ? &*host : nullptr;
-  if (dist::launched_with_world()) {  // under //distributed:launch
+  if (dist::launched_with_world()) {  // under //distributed/launch
     run(max_bytes, backend, op, host_ptr);
     return 0;
   }

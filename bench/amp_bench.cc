@@ -26,10 +26,10 @@
 #include "bench/cuda_probe.h"
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/local_ranks.h"
+#include "distributed/launch/local_ranks.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
 #ifdef KILN_HAVE_CUDA

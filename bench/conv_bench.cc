@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/host_check.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/conv.h"
 #include "core/kernels.h"
 #include "core/ops.h"

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "core/parallel.h"

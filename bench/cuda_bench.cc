@@ -7,9 +7,6 @@
 // After timing a row, one more call of it runs between cudaProfilerStart and cudaProfilerStop:
 // the call `ncu --profile-from-start off` profiles.
 //   cuda_bench [--only "sum f32 (all),softmax"]
-#include <cuda_profiler_api.h>
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,11 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/host_check.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
 #include "cuda/allocator.h"
 #include "cuda/device.h"
+#include "cuda/runtime_calls.h"
 #include "cuda/stream.h"
 
 using namespace kiln;
@@ -96,8 +94,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows = {
       {"cudaMemcpy d2d (roof)", 2 * f4,
        [&] {
-         cudaMemcpyAsync(out.data_ptr(), a.data_ptr(), static_cast<size_t>(f4), cudaMemcpyDeviceToDevice,
-                         static_cast<cudaStream_t>(cuda::current_stream(0).raw()));
+         cuda::copy_device_bytes(out.data_ptr(), a.data_ptr(), static_cast<size_t>(f4));
        }},
       {"copy f32", 2 * f4, [&] { out.copy_(a); }},
       {"cast f32->f16", f4 + 2.0 * n, [&] { out16.copy_(a); }},
@@ -129,9 +126,9 @@ int main(int argc, char** argv) {
   for (auto& r : rows) {
     const double ms = time_ms(r.f), gbs = r.bytes / ms / 1e6;
     if (roof == 0) roof = gbs;  // the first row is the memcpy
-    cudaProfilerStart();
+    cuda::profiler_start();
     r.f();
-    cudaProfilerStop();
+    cuda::profiler_stop();
     std::printf("%-26s %10.3f %10.1f %9.0f%%\n", r.name.c_str(), ms, gbs, 100 * gbs / roof);
     json[r.name + " GB/s"] = gbs;
     json[r.name + " of roof"] = gbs / roof;

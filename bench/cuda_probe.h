@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "core/device.h"
-#include "distributed/local_ranks.h"
+#include "distributed/launch/local_ranks.h"
 
 namespace kiln::bench {
 

@@ -27,13 +27,13 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/autograd.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/ddp.h"
-#include "distributed/init.h"
-#include "distributed/local_ranks.h"
-#include "distributed/zero.h"
+#include "distributed/data_parallel/ddp.h"
+#include "distributed/backend/init.h"
+#include "distributed/launch/local_ranks.h"
+#include "distributed/data_parallel/zero.h"
 #include "examples/models.h"
 #include "optim/sgd.h"
 #include "bench/host_check.h"
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   double min_block_ms = 200;
   bool bucket_view = true;
   cli::App app("DistributedDataParallel step time, all-reduce overlapped with backward or after it.", "ddp_bench");
-  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed:launch)")->check(cli::range(1, 256));
+  app.add_option("--nproc", nproc, "ranks to start (ignored under //distributed/launch)")->check(cli::range(1, 256));
   app.add_option("--steps", steps, "at least this many steps per timed block")->check(cli::range(1, 1000000));
   app.add_option("--min-block-ms", min_block_ms, "and at least this long per timed block (0: --steps alone)")
       ->check(cli::range(0.0, 1e6));

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 
 using kiln::bench::now_s;
 

@@ -15,7 +15,7 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/matmul_precision.h"
 #include "core/op_table.h"
 #include "core/ops.h"

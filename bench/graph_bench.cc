@@ -17,7 +17,7 @@
 #include "autograd/autograd.h"
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/device_graph.h"
 #include "core/generator.h"
 #include "core/ops.h"

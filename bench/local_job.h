@@ -1,4 +1,4 @@
-// Running a multi-rank benchmark's body: under //distributed:launch (WORLD_SIZE set) this
+// Running a multi-rank benchmark's body: under //distributed/launch (WORLD_SIZE set) this
 // process is one rank and runs it once; otherwise it forks `nproc` local ranks on 127.0.0.1
 // (dist::run_local_ranks) and reports the ranks that failed. leads_job() names the one process
 // that checks the host (bench/host_check.h) before the ranks start.
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <functional>
 
-#include "distributed/init.h"
-#include "distributed/local_ranks.h"
+#include "distributed/backend/init.h"
+#include "distributed/launch/local_ranks.h"
 
 namespace kiln::bench {
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # All-reduce bus bandwidth between two "nodes" (network namespaces joined by veths and a bridge,
 # each link limited with tbf) against the link's rate, and hierarchical vs flat all-reduce with
-# two ranks per node. Runs //bench:allreduce_bench under one //distributed:launch per node.
+# two ranks per node. Runs //bench:allreduce_bench under one //distributed/launch per node.
 # Needs root. Usage (from the repository root, after building the two targets):
-#   tools/bazel build //distributed:launch //bench:allreduce_bench
+#   tools/bazel build //distributed/launch //bench:allreduce_bench
 #   sudo bench/multinode_allreduce.sh [--rates "1gbit 200mbit"] [--max-bytes N] [--json FILE]
 # Prints, per rate: the measured busbw of the largest message (2 nodes x 1 rank), the link rate,
 # their ratio; then 2 nodes x 2 ranks flat ring vs hierarchical (algbw: the user-visible speed).
@@ -14,7 +14,7 @@
 # alike (for scaling_model --ddp).
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-launch="$here/bazel-bin/distributed/launch"
+launch="$here/bazel-bin/distributed/launch/launch"
 bench="$here/bazel-bin/bench/allreduce_bench"
 rates="1gbit 200mbit"
 max_bytes=$((16 << 20))
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 for b in "$launch" "$bench"; do
-  [ -x "$b" ] || { echo "multinode_allreduce.sh: $b is missing: tools/bazel build //distributed:launch //bench:allreduce_bench" >&2; exit 2; }
+  [ -x "$b" ] || { echo "multinode_allreduce.sh: $b is missing: tools/bazel build //distributed/launch //bench:allreduce_bench" >&2; exit 2; }
 done
 source "$here/tools/netns_nodes.sh"
 netns_require || { echo "multinode_allreduce.sh: $NETNS_WHY" >&2; exit 2; }

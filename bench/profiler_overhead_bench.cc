@@ -14,7 +14,7 @@
 #include "autograd/autograd.h"
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/allocator.h"
 #include "core/ops.h"
 #include "examples/models.h"

@@ -25,11 +25,11 @@
 
 #include "bench/scaling_math.h"
 #include "bench/step_profile.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "distributed/init.h"
-#include "distributed/rendezvous.h"
+#include "distributed/backend/init.h"
+#include "distributed/store/rendezvous.h"
 
 using namespace kiln;
 using bench::AlphaBeta;

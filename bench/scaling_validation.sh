@@ -4,7 +4,7 @@
 # ones), allreduce_bench on 2 and 3 (all-reduce, reduce-scatter, all-gather), then per tbf rate
 # the two-namespace collectives and ddp_bench runs (bench/multinode_allreduce.sh, needs root);
 # finally the model's report. The load average is logged before each part.
-#   tools/bazel build //bench:scaling_model //bench:allreduce_bench //bench:ddp_bench //distributed:launch
+#   tools/bazel build //bench:scaling_model //bench:allreduce_bench //bench:ddp_bench //distributed/launch
 #   sudo bench/scaling_validation.sh OUTDIR [--rates "1gbit 200mbit"] [--steps 10] [--blocks 3]
 # OUTDIR gets ar.jsonl, ddp.jsonl, load.txt and model.txt (the report).
 set -uo pipefail
@@ -21,7 +21,7 @@ for ((; $# > 0; )); do  # --rates, --steps, --blocks VALUE set the variable of t
   shift 2
 done
 bin="$here/bazel-bin"
-for b in bench/scaling_model bench/allreduce_bench bench/ddp_bench distributed/launch; do
+for b in bench/scaling_model bench/allreduce_bench bench/ddp_bench distributed/launch/launch; do
   [ -x "$bin/$b" ] || { echo "scaling_validation.sh: build //$(dirname $b):$(basename $b) first" >&2; exit 2; }
 done
 mkdir -p "$out"

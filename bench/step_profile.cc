@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/ddp.h"
+#include "distributed/data_parallel/ddp.h"
 #include "examples/models.h"
 #include "nn/functional.h"
 #include "optim/sgd.h"

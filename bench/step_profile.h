@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/scaling_math.h"
-#include "distributed/process_group.h"
+#include "distributed/backend/process_group.h"
 
 namespace kiln::bench {
 

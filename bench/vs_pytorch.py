@@ -60,7 +60,7 @@ def main():
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--limit-train", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (both sides; Kiln needs a CUDA build)")
-    p.add_argument("--launch", help="Kiln's //distributed:launch binary (for --ddp)")
+    p.add_argument("--launch", help="Kiln's //distributed/launch binary (for --ddp)")
     p.add_argument("--ddp", type=int, default=0,
                    help="data parallel with this many ranks on this machine (Kiln: launch + --ddp; PyTorch: "
                         "torchrun + DistributedDataParallel, Gloo); --threads is split among them")

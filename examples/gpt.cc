@@ -5,7 +5,7 @@
 #include <iostream>
 #include <vector>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "examples/pipeline_flags.h"
 #include "examples/gpt_trainer.h"
 
@@ -67,9 +67,9 @@ struct Flags {
     app.add_option("--loss-scale", c.loss_scale, "--amp f16: the dynamic loss scale to start from (halved on every "
                    "step with inf/NaN gradients, which is skipped; doubled after 2000 clean steps)")
         ->check(cli::range(1e-30, 1e30));
-    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch");
+    app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed/launch");
     app.add_option("--pipeline-stages", c.pipeline_stages,
-                   "pipeline parallel: the model split into P stages, one rank each under //distributed:launch")
+                   "pipeline parallel: the model split into P stages, one rank each under //distributed/launch")
         ->check(cli::range(1, 64));
     micro = app.add_option("--micro-batches", c.micro_batches,
                            "pipeline: micro-batches per --batch-size batch (it must divide by them)")

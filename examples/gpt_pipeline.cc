@@ -6,8 +6,8 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
-#include "distributed/init.h"
-#include "distributed/pipeline_clip.h"
+#include "distributed/backend/init.h"
+#include "distributed/data_parallel/clip_grad_norm.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/functional.h"
 

@@ -1,5 +1,5 @@
 // The GPT under pipeline parallelism (--pipeline-stages P --micro-batches M --pipeline-schedule S,
-// one rank per stage under //distributed:launch). The model becomes a list of layers for
+// one rank per stage under //distributed/launch). The model becomes a list of layers for
 // dist::Pipeline: [embedding (wte + wpe, dropout), block 0, ..., block L-1, head (ln_f and the LM
 // head)]. The LM head is tied to wte; with the embedding on the first stage and the head on the
 // last, the tie is kept as Megatron-LM keeps it: the head holds its own copy of the matrix (equal
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/pipeline.h"
+#include "distributed/pipeline/pipeline.h"
 #include "examples/gpt_model.h"
 #include "examples/gpt_trainer.h"
 

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "distributed/pipeline_checkpoint.h"
+#include "distributed/pipeline/pipeline_checkpoint.h"
 #include "examples/gpt_pipeline.h"
 
 namespace kiln::examples::gpt {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/pipeline.h"
+#include "distributed/pipeline/pipeline.h"
 #include "examples/gpt_trainer.h"
 #include "optim/optimizer.h"
 

@@ -10,9 +10,9 @@
 #include <filesystem>
 
 #include "core/parallel.h"
-#include "distributed/init.h"
-#include "distributed/pipeline_checkpoint.h"
-#include "distributed/scaler_sync.h"
+#include "distributed/backend/init.h"
+#include "distributed/pipeline/pipeline_checkpoint.h"
+#include "distributed/data_parallel/scaler_sync.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_hf.h"
 #include "examples/gpt_pipeline.h"
@@ -29,7 +29,7 @@ void check_flags(const TrainConfig& c) {
              "stages keep their whole AdamW state)", p, c.zero);
   const char* world = std::getenv("WORLD_SIZE");
   KILN_CHECK(world != nullptr,
-             "--pipeline-stages {}: WORLD_SIZE is not set; start the stages with `bazel-bin/distributed/launch "
+             "--pipeline-stages {}: WORLD_SIZE is not set; start the stages with `bazel-bin/distributed/launch/launch "
              "--nproc-per-node {} -- bazel-bin/examples/gpt --pipeline-stages {} ...`",
              p, p, p);
   // Before joining, so that a wrong launch fails at once on every rank instead of at rendezvous.

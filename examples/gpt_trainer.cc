@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/parallel.h"
-#include "distributed/checkpoint.h"
-#include "distributed/ddp.h"
-#include "distributed/init.h"
-#include "distributed/scaler_sync.h"
-#include "distributed/zero.h"
-#include "distributed/zero_checkpoint.h"
+#include "distributed/data_parallel/checkpoint.h"
+#include "distributed/data_parallel/ddp.h"
+#include "distributed/backend/init.h"
+#include "distributed/data_parallel/scaler_sync.h"
+#include "distributed/data_parallel/zero.h"
+#include "distributed/data_parallel/zero_checkpoint.h"
 #include "examples/gpt_data.h"
 #include "examples/gpt_hf.h"
 #include "examples/gpt_pipeline.h"
@@ -131,7 +131,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   std::shared_ptr<dist::ProcessGroup> pg;
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
-             "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch --nproc-per-node N -- "
+             "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch/launch --nproc-per-node N -- "
              "bazel-bin/examples/gpt --ddp ...`");
   KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
   KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");

@@ -1,7 +1,7 @@
 // The GPT trainer's loop (examples/gpt.cc parses the flags): AdamW (no weight decay on biases,
 // LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
 // accumulation up to a token budget per step, bf16 autocast, data parallel under
-// //distributed:launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
+// //distributed/launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
 // checkpoints that resume exactly, a sample at the end.
 #pragma once
 

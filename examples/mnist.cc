@@ -6,11 +6,11 @@
 #include <iostream>
 #include <optional>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/matmul_precision.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "distributed/exit_codes.h"
+#include "distributed/launch/exit_codes.h"
 #include "examples/models.h"
 #include "examples/mnist_flags.h"
 #include "examples/trainer.h"
@@ -23,7 +23,7 @@ constexpr const char* kAmpNotes = R"(
 --amp f16|bf16 runs matmul/conv in f16/bf16 under autocast (f16 with dynamic loss scaling);
 --amp-mode o2 converts the model to that dtype with f32 master weights in the optimizer.
 --matmul-precision high allows TF32 tensor cores for f32 GEMMs and convolutions on GPUs.
---ddp trains on the ranks started by //distributed:launch, srun or mpirun (--batch-size is per
+--ddp trains on the ranks started by //distributed/launch, srun or mpirun (--batch-size is per
 rank; Gloo on CPU); --zero 1 adds ZeRO stage 1 (each rank keeps 1/N of the optimizer state).
 SIGTERM or SIGINT: every rank finishes its step, the checkpoint is written to --save (rank 0,
 atomically) and the job exits with status 75 ("preempted"; continue with --resume); a second
@@ -32,7 +32,7 @@ signal exits at once. --save-every N adds a checkpoint every N steps.
 DIR/trace.rank<R>.json (chrome://tracing, ui.perfetto.dev) and prints the op table;
 --logdir DIR writes TensorBoard scalars (rank 0). Every --log-every steps a breakdown line gives
 data/forward/backward/exposed-comm/optimizer/rest per step, samples/s, GFLOP/s and MFU.
---pipeline-stages P splits the model into P stages, one per rank started by //distributed:launch
+--pipeline-stages P splits the model into P stages, one per rank started by //distributed/launch
 (--nproc-per-node P); each batch flows through them in --micro-batches M parts. With --ddp the
 job runs P stages x (world / P) data-parallel replicas. --pipeline-schedule interleaved
 --virtual-stages V gives each rank V chunks of the model (M a multiple of P): a smaller bubble.

@@ -52,7 +52,7 @@ void MnistFlags::declare(CLI::App& app) {
       ->check(cli::one_of({"o1", "o2"}));
   app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
       ->check(cli::one_of({"highest", "high"}));
-  app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed:launch, srun or mpirun");
+  app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed/launch, srun or mpirun");
   app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards the optimizer state over the ranks")
       ->check(cli::range(0, 1));
   app.add_option("--zero-checkpoint", c.zero_checkpoint,

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "examples/trainer.h"
 
 namespace kiln::examples {

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "examples/models.h"

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "distributed/pipeline_schedule.h"
+#include "distributed/pipeline/pipeline_schedule.h"
 
 namespace kiln::examples {
 

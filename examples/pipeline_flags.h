@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/cli.h"
+#include "core/util/cli.h"
 
 namespace kiln::examples {
 

@@ -14,12 +14,12 @@
 
 #include "core/parallel.h"
 #include "data/dataloader.h"
-#include "distributed/init.h"
-#include "distributed/pipeline.h"
-#include "distributed/pipeline_balance.h"
-#include "distributed/pipeline_checkpoint.h"
-#include "distributed/scaler_sync.h"
-#include "distributed/traced_process_group.h"
+#include "distributed/backend/init.h"
+#include "distributed/pipeline/pipeline.h"
+#include "distributed/pipeline/pipeline_balance.h"
+#include "distributed/pipeline/pipeline_checkpoint.h"
+#include "distributed/data_parallel/scaler_sync.h"
+#include "distributed/debug/traced_process_group.h"
 #include "examples/mixed_precision.h"
 #include "examples/models.h"
 #include "examples/run_monitor.h"
@@ -61,7 +61,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   const char* world_env = std::getenv("WORLD_SIZE");
   KILN_CHECK(world_env != nullptr,
              "--pipeline-stages: WORLD_SIZE is not set; start one rank per stage with `tools/bazel run "
-             "//distributed:launch -- --nproc-per-node {} -- <mnist binary> --pipeline-stages {} ...`",
+             "//distributed/launch -- --nproc-per-node {} -- <mnist binary> --pipeline-stages {} ...`",
              P, P);
   // Before joining, so that a wrong launch fails at once on every rank instead of at rendezvous.
   const int world_size = std::atoi(world_env);

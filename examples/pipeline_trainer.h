@@ -1,5 +1,5 @@
 // The main job pipeline-parallel (--pipeline-stages P --micro-batches M): one rank per stage of
-// the model, started by //distributed:launch; with --ddp, world = P x replicas (hybrid).
+// the model, started by //distributed/launch; with --ddp, world = P x replicas (hybrid).
 #pragma once
 
 #include <ostream>

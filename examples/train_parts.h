@@ -12,8 +12,8 @@
 
 #include "data/dataset.h"
 #include "data/mnist.h"
-#include "distributed/heartbeat.h"
-#include "distributed/preemption.h"
+#include "distributed/launch/heartbeat.h"
+#include "distributed/launch/preemption.h"
 #include "examples/trainer.h"
 #include "optim/optimizer.h"
 

@@ -10,15 +10,15 @@
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
-#include "distributed/checkpoint.h"
-#include "distributed/ddp.h"
-#include "distributed/gloo_backend.h"
-#include "distributed/init.h"
-#include "distributed/job_env.h"
-#include "distributed/scaler_sync.h"
-#include "distributed/zero.h"
-#include "distributed/zero_checkpoint.h"
-#include "distributed/traced_process_group.h"
+#include "distributed/data_parallel/checkpoint.h"
+#include "distributed/data_parallel/ddp.h"
+#include "distributed/backend/gloo_backend.h"
+#include "distributed/backend/init.h"
+#include "distributed/backend/job_env.h"
+#include "distributed/data_parallel/scaler_sync.h"
+#include "distributed/data_parallel/zero.h"
+#include "distributed/data_parallel/zero_checkpoint.h"
+#include "distributed/debug/traced_process_group.h"
 #include "examples/mixed_precision.h"
 #include "examples/graph_step.h"
 #include "examples/models.h"
@@ -151,7 +151,7 @@ void Run::join_process_group() {
   if (!c_.ddp) return;
   dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
   KILN_CHECK(std::getenv("WORLD_SIZE") != nullptr,
-             "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed:launch -- "
+             "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed/launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
   // Traced: the flight recorder keeps the last collectives (dumped on failure or SIGUSR1) and a
   // profiled run draws them on each rank's communication track, on a clock aligned here.

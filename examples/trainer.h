@@ -50,7 +50,7 @@ struct TrainConfig {
   std::string amp = "none";
   /// "o1": the f32 model under autocast; "o2": the model in f16/bf16 with f32 master weights.
   std::string amp_mode = "o1";
-  /// Data parallel over the ranks of the job (started by //distributed:launch): each rank
+  /// Data parallel over the ranks of the job (started by //distributed/launch): each rank
   /// trains on its DistributedSampler shard with `batch_size` per rank, gradients all-reduced
   /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
   /// and writes checkpoints.

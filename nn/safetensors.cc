@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/fd.h"
+#include "core/util/fd.h"
 #include "core/ops.h"
 #include "nn/checksum.h"
 

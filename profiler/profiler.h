@@ -60,7 +60,7 @@ DeviceTimer* device_timer(int device_type);
 int64_t now_ns();
 int64_t to_profiler_ns(std::chrono::steady_clock::time_point t);
 /// Shifts every later timestamp so that this process's `local_origin_ns` (steady clock) maps to 0
-/// (distributed/traced_process_group.h aligns ranks on a barrier this way).
+/// (distributed/debug/traced_process_group.h aligns ranks on a barrier this way).
 void set_clock_origin(std::chrono::steady_clock::time_point local_origin);
 
 /// Whether a Profiler is recording now (cheap: a relaxed load).

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154  # B and out are set by the script that sources this
 # Sourced, not run, by tools/gpu_first_light.sh and tools/gpu_session_sections.sh on a GPU host without
-# Bazel, once B (the unpacked //cuda:gpu_bundle) and out (the folder for logs) are set. Sets py,
+# Bazel, once B (the unpacked //release:gpu_bundle) and out (the folder for logs) are set. Sets py,
 # the host's PyTorch ($PYTHON, else /opt/torch/.venv/bin/python3, else python3), and ldp, the
 # LD_LIBRARY_PATH of Kiln's binaries only: the bundle's lib/, $CUDA_PATH or /usr/local/cuda, that
 # Python's site-packages/nvidia/*/lib (cuDNN, NCCL, cuBLAS wheels), then the bundle's CUDA runtime

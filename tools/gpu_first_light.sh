@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/benchmarks.md's "On a GPU" section, in one go on a GPU host without
 # Bazel: gpu_first_light.sh BUNDLE_DIR DATA_DIR [OUT_DIR]. BUNDLE_DIR is the unpacked
-# //cuda:gpu_bundle, DATA_DIR holds Fashion-MNIST's four .gz files. Runs every CUDA test, then
+# //release:gpu_bundle, DATA_DIR holds Fashion-MNIST's four .gz files. Runs every CUDA test, then
 # memcheck over every test binary (API errors the tests provoke on purpose not reported) and
 # racecheck over the kernel tests, the main job on CPU and GPU (f32, bf16, f16; MLP and CNN),
 # 2-rank DDP on the one GPU through NCCL, eager vs --cuda-graph, and the benchmarks beside the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's checks, in priority order, on a GPU host without Bazel:
 #   tools/gpu_session.sh BUNDLE_DIR OUT_DIR
-# BUNDLE_DIR is the unpacked //cuda:gpu_bundle (the binaries); the Python scripts are this
+# BUNDLE_DIR is the unpacked //release:gpu_bundle (the binaries); the Python scripts are this
 # checkout's (bench/, tools/); PyTorch is the host's ($PYTHON, else /opt/torch/.venv/bin/python3,
 # else python3). Sections, each under its own time budget (seconds, $KILN_SESSION_BUDGETS
 # overrides: "tests=120 gpt=230"; 0: what is left), none started once the whole run passes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cuda/bundle/run_gpu_tests.sh on a fake bundle and a fake GPU host (no GPU needed): the Python
+# release/bundle/run_gpu_tests.sh on a fake bundle and a fake GPU host (no GPU needed): the Python
 # comes from the PyTorch venv before PATH, Kiln's binaries get the bundle's lib/ and the venv's
 # nvidia/*/lib wheels on LD_LIBRARY_PATH while the PyTorch scripts keep the host's (reaching
 # Kiln's benchmarks through wrappers that set it), and --bench without PyTorch fails.

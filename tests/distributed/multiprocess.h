@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "distributed/local_ranks.h"
+#include "distributed/launch/local_ranks.h"
 #include "tests/file_util.h"
 
 namespace kiln::test {

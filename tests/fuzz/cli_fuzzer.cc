@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "distributed/launch.h"
+#include "core/util/cli.h"
+#include "distributed/launch/launch.h"
 #include "examples/mnist_flags.h"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "distributed/tcp_store_protocol.h"
-#include "distributed/tcp_store_server.h"
+#include "distributed/store/tcp_store_protocol.h"
+#include "distributed/store/tcp_store_server.h"
 
 namespace {
 
