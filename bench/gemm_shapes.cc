@@ -15,7 +15,7 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/cli.h"
+#include "core/util/cli.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 
