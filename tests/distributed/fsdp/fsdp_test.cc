@@ -22,7 +22,13 @@ struct Case {
   dist::ShardingStrategy strategy = dist::ShardingStrategy::kFullShard;
   int micro = 1;          // micro-batches accumulated per step
   double clip = 0;        // max gradient norm (0: none)
+  bool sgd = false;       // SGD with momentum (a wrong gradient scale shows; Adam hides most of it)
 };
+
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, bool sgd) {
+  if (sgd) return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions(0.1).set_momentum(0.9));
+  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions(1e-2));
+}
 
 void matches_one_process(int rank, int world, Case c) {
   auto pg = dist::init_process_group();
@@ -33,8 +39,8 @@ void matches_one_process(int rank, int world, Case c) {
   dist::FullyShardedDataParallel fsdp(model, pg, {.units = {"h"}, .strategy = c.strategy});
   expect(fsdp.units().size() == 4, "{} units, want the root and 3 blocks", fsdp.units().size());
   expect(fsdp.gathered_bytes() == 0, "{} bytes gathered after construction", fsdp.gathered_bytes());
-  optim::AdamW ref_opt(reference->parameters(), optim::AdamOptions(1e-2));
-  optim::AdamW opt(fsdp.shards(), optim::AdamOptions(1e-2));
+  std::unique_ptr<optim::Optimizer> ref_opt = make_optimizer(reference->parameters(), c.sgd);
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(fsdp.shards(), c.sgd);
   for (int step = 0; step < 4; ++step) {
     for (int m = 0; m < c.micro; ++m) {
       test::FsdpBatch whole = test::fsdp_batch(step * c.micro + m, world), mine = test::fsdp_batch(step * c.micro + m, world, rank);
@@ -58,10 +64,10 @@ void matches_one_process(int rank, int world, Case c) {
              want);
     }
     for (const Tensor& p : model->parameters()) expect(!p.grad().defined(), "a model parameter kept a gradient");
-    ref_opt.step();
-    opt.step();
-    ref_opt.zero_grad();
-    opt.zero_grad();
+    ref_opt->step();
+    opt->step();
+    ref_opt->zero_grad();
+    opt->zero_grad();
   }
   nn::StateDict got = fsdp.full_state_dict();
   for (auto& [name, p] : reference->named_parameters()) {
@@ -74,9 +80,10 @@ void matches_one_process(int rank, int world, Case c) {
   for (const Tensor& s : fsdp.shards()) shard_numel += s.numel();
   for (const auto& u : fsdp.units()) padded += u.padded;
   for (int64_t i = 0; i < 4; ++i)
-    for (const auto& [name, t] : opt.state(i)) state += name == "step" ? 0 : t.numel();
-  expect(shard_numel * world == padded && state == 2 * shard_numel, "shards {} of {} padded, state {}", shard_numel,
-         padded, state);
+    for (const auto& [name, t] : opt->state(i)) state += t.dim() == 1 ? t.numel() : 0;
+  const int64_t buffers = c.sgd ? 1 : 2;  // momentum, or Adam's two moments
+  expect(shard_numel * world == padded && state == buffers * shard_numel, "shards {} of {} padded, state {}",
+         shard_numel, padded, state);
 }
 
 TEST_CASE("FSDP full shard matches one process on 2, 3 and 4 ranks") {
@@ -86,7 +93,7 @@ TEST_CASE("FSDP full shard matches one process on 2, 3 and 4 ranks") {
 }
 
 TEST_CASE("FSDP shard-grad-op (ZeRO-2) with accumulation and clipping matches one process on 2 and 3 ranks") {
-  Case c{dist::ShardingStrategy::kShardGradOp, 2, 0.3};
+  Case c{dist::ShardingStrategy::kShardGradOp, 2, 0.3, /*sgd=*/false};
   for (int n : {2, 3})
     test::require_all_ok(test::run_ranks(n, [c](int r, int w) { matches_one_process(r, w, c); }, 180,
                                          "fsdp_zero2_" + std::to_string(n)));
@@ -95,6 +102,15 @@ TEST_CASE("FSDP shard-grad-op (ZeRO-2) with accumulation and clipping matches on
 TEST_CASE("FSDP full shard with accumulation and clipping on 4 ranks") {
   Case c{dist::ShardingStrategy::kFullShard, 2, 0.3};
   test::require_all_ok(test::run_ranks(4, [c](int r, int w) { matches_one_process(r, w, c); }, 180, "fsdp_clip4"));
+}
+
+TEST_CASE("FSDP with SGD and momentum (the gradient's scale shows) on 2 and 3 ranks, both strategies") {
+  for (auto strategy : {dist::ShardingStrategy::kFullShard, dist::ShardingStrategy::kShardGradOp}) {
+    Case c{strategy, 1, 0, /*sgd=*/true};
+    for (int n : {2, 3})
+      test::require_all_ok(test::run_ranks(n, [c](int r, int w) { matches_one_process(r, w, c); }, 180,
+                                           "fsdp_sgd" + std::to_string(n)));
+  }
 }
 
 TEST_CASE("FSDP construction errors name the module") {
