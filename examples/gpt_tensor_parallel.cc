@@ -17,23 +17,27 @@ template <class M> void copy_parameters(const M& src, M& dst) {
   for (size_t i = 0; i < s.size(); ++i) d[i].second.copy_(s[i].second);
 }
 
-std::shared_ptr<nn::LayerNorm> layer_norm_like(const nn::LayerNorm& src) {
+/// A replicated LayerNorm; under sequence parallelism its gradients are summed over the group.
+std::shared_ptr<nn::LayerNorm> layer_norm_like(const nn::LayerNorm& src, const tp::GroupPtr& g, bool sp) {
   auto ln = std::make_shared<nn::LayerNorm>(src.normalized_shape, src.eps);
   copy_parameters(src, *ln);
+  if (sp)
+    for (const Tensor& p : ln->parameters()) tp::mark_replicated(p, g);
   return ln;
 }
 
 class ParallelAttention : public nn::Module {
  public:
-  ParallelAttention(const CausalSelfAttention& whole, const GPTConfig& c, const tp::GroupPtr& g)
+  ParallelAttention(const CausalSelfAttention& whole, const GPTConfig& c, const tp::GroupPtr& g, tp::SequenceParallel sp)
       : local_heads_(c.n_head / g->size()), head_dim_(c.n_embd / c.n_head), dropout_(c.dropout) {
-    c_attn = register_module("c_attn", tp::ColumnParallelLinear(*whole.c_attn, g, false, /*parts=*/3));
-    c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g));
+    c_attn = register_module("c_attn", tp::ColumnParallelLinear(*whole.c_attn, g, false, /*parts=*/3, sp));
+    c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g, true, sp));
     resid_dropout = register_module("resid_dropout", nn::Dropout(c.dropout));
   }
   Tensor forward(const Tensor& x) override {
-    const int64_t b = x.size(0), t = x.size(1), width = local_heads_ * head_dim_;
-    std::vector<Tensor> qkv = c_attn->forward(x).split(width, 2);
+    Tensor h = c_attn->forward(x);  // [B, T, 3 C / T]: the whole sequence, this rank's heads
+    const int64_t b = h.size(0), t = h.size(1), width = local_heads_ * head_dim_;
+    std::vector<Tensor> qkv = h.split(width, 2);
     auto heads = [&](const Tensor& m) { return m.reshape({b, t, local_heads_, head_dim_}).transpose(1, 2); };
     Tensor y = F::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                                {.dropout_p = is_training() ? dropout_ : 0.0, .causal = true});
@@ -51,9 +55,9 @@ class ParallelAttention : public nn::Module {
 
 class ParallelMLP : public nn::Module {
  public:
-  ParallelMLP(const MLP& whole, const GPTConfig& c, const tp::GroupPtr& g) {
-    c_fc = register_module("c_fc", tp::ColumnParallelLinear(*whole.c_fc, g));
-    c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g));
+  ParallelMLP(const MLP& whole, const GPTConfig& c, const tp::GroupPtr& g, tp::SequenceParallel sp) {
+    c_fc = register_module("c_fc", tp::ColumnParallelLinear(*whole.c_fc, g, false, 1, sp));
+    c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g, true, sp));
     dropout = register_module("dropout", nn::Dropout(c.dropout));
   }
   Tensor forward(const Tensor& x) override {
@@ -67,11 +71,11 @@ class ParallelMLP : public nn::Module {
 
 class ParallelBlock : public nn::Module {
  public:
-  ParallelBlock(const Block& whole, const GPTConfig& c, const tp::GroupPtr& g) {
-    ln_1 = register_module("ln_1", layer_norm_like(*whole.ln_1));
-    attn = register_module("attn", std::make_shared<ParallelAttention>(*whole.attn, c, g));
-    ln_2 = register_module("ln_2", layer_norm_like(*whole.ln_2));
-    mlp = register_module("mlp", std::make_shared<ParallelMLP>(*whole.mlp, c, g));
+  ParallelBlock(const Block& whole, const GPTConfig& c, const tp::GroupPtr& g, tp::SequenceParallel sp) {
+    ln_1 = register_module("ln_1", layer_norm_like(*whole.ln_1, g, sp.enabled));
+    attn = register_module("attn", std::make_shared<ParallelAttention>(*whole.attn, c, g, sp));
+    ln_2 = register_module("ln_2", layer_norm_like(*whole.ln_2, g, sp.enabled));
+    mlp = register_module("mlp", std::make_shared<ParallelMLP>(*whole.mlp, c, g, sp));
   }
   Tensor forward(const Tensor& x) override {
     Tensor y = x + attn->forward(ln_1->forward(x));
@@ -95,8 +99,10 @@ void check_tensor_parallel(const GPTConfig& c, int tp_size) {
   KILN_CHECK(!c.checkpoint_activations, "GPT tensor parallel: activation checkpointing is not supported with --tp");
 }
 
-TensorParallelGPT::TensorParallelGPT(const GPT& whole, tp::GroupPtr group)
-    : nn::Module("TensorParallelGPT"), config(whole.config), group_(std::move(group)) {
+TensorParallelGPT::TensorParallelGPT(const GPT& whole, tp::GroupPtr group, bool sequence_parallel)
+    : nn::Module("TensorParallelGPT"), config(whole.config), group_(std::move(group)),
+      sequence_parallel_(sequence_parallel) {
+  const tp::SequenceParallel sp{.enabled = sequence_parallel, .dim = 1};
   check_tensor_parallel(config, group_->size());
   wte = register_module("wte", tp::VocabParallelEmbedding(*whole.wte, group_));
   wpe = register_module("wpe", nn::Embedding(config.block_size, config.n_embd));
@@ -104,8 +110,8 @@ TensorParallelGPT::TensorParallelGPT(const GPT& whole, tp::GroupPtr group)
   drop = register_module("drop", nn::Dropout(config.dropout));
   h = register_module("h", nn::Sequential());
   for (size_t i = 0; i < whole.h->size(); ++i)
-    h->push_back(std::make_shared<ParallelBlock>(dynamic_cast<const Block&>(*(*whole.h)[i]), config, group_));
-  ln_f = register_module("ln_f", layer_norm_like(*whole.ln_f));
+    h->push_back(std::make_shared<ParallelBlock>(dynamic_cast<const Block&>(*(*whole.h)[i]), config, group_, sp));
+  ln_f = register_module("ln_f", layer_norm_like(*whole.ln_f, group_, sequence_parallel));
 }
 
 Tensor TensorParallelGPT::forward(const Tensor& idx) {
@@ -116,8 +122,15 @@ Tensor TensorParallelGPT::forward(const Tensor& idx) {
              config.block_size);
   Tensor pos = arange(t, TensorOptions().dtype(kInt64).device(idx.device()));
   Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
+  if (sequence_parallel_) {
+    KILN_CHECK(t % group_->size() == 0,
+               "TensorParallelGPT: sequence parallel needs the sequence ({} tokens) to divide by the tensor-parallel "
+               "size {}", t, group_->size());
+    x = tp::scatter_to_group(x, group_, 1);  // [B, T / size, C] from here to the head
+  }
   x = ln_f->forward(h->forward(x));
-  return F::linear(tp::copy_to_group(x, group_), wte->weight);  // the tied head: this rank's vocabulary rows
+  x = sequence_parallel_ ? tp::gather_from_sequence(x, group_, 1) : tp::copy_to_group(x, group_);
+  return F::linear(x, wte->weight);  // the tied head: this rank's vocabulary rows
 }
 
 Tensor TensorParallelGPT::loss(const Tensor& local_logits, const Tensor& targets) const {

@@ -4,7 +4,9 @@
 // the tied LM head and the loss (vocab_parallel_cross_entropy: the full logits are never
 // gathered). Position table and LayerNorms are replicated. Built from a whole GPT, so a TP run
 // starts from the weights one process would; parameter names are the GPT's, each holding this
-// rank's shard. Two all-reduces forward and two backward per block, as in Megatron.
+// rank's shard. Two all-reduces forward and two backward per block, as in Megatron; with
+// `sequence_parallel` each becomes a reduce-scatter / all-gather pair and the LayerNorms and
+// residual stream hold 1/T of the sequence (their replicated weights' gradients summed).
 #pragma once
 
 #include <memory>
@@ -18,7 +20,7 @@ namespace kiln::examples::gpt {
 class TensorParallelGPT : public nn::Module {
  public:
   /// Throws naming the numbers unless n_head, 4 n_embd and vocab_size divide by the group's size.
-  TensorParallelGPT(const GPT& whole, dist::tp::GroupPtr group);
+  TensorParallelGPT(const GPT& whole, dist::tp::GroupPtr group, bool sequence_parallel = false);
   /// Token ids [B, T] -> this rank's columns of the logits, [B, T, vocab_size / group size].
   Tensor forward(const Tensor& idx) override;
   /// Mean next-token cross-entropy of the split logits against targets [B, T]; the same on every
@@ -34,6 +36,7 @@ class TensorParallelGPT : public nn::Module {
 
  private:
   dist::tp::GroupPtr group_;
+  bool sequence_parallel_;
 };
 
 /// Checks that `c` splits over `tp_size` ranks; throws naming the field, its value and the size.

@@ -11,6 +11,10 @@
 namespace kiln::dist::tp {
 namespace F = nn::functional;
 
+void mark_replicated(const Tensor& param, const GroupPtr& group) {
+  param.register_hook([group](const Tensor& g) { return all_reduce_sum(g, *group); });
+}
+
 void check_divisible(int64_t n, const ProcessGroup& group, const char* what) {
   KILN_CHECK(n % group.size() == 0, "tensor parallel: {} ({}) does not divide by the tensor-parallel size {}", what, n,
              group.size());
@@ -36,12 +40,14 @@ std::pair<Tensor, Tensor> local_ids(const Tensor& ids, int64_t start, int64_t ro
 
 }  // namespace
 
-ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, GroupPtr group, bool gather_output, int64_t parts)
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, GroupPtr group, bool gather_output, int64_t parts,
+                                           SequenceParallel sp)
     : nn::Module("ColumnParallelLinear"),
       in_features(full.in_features),
       out_features(full.out_features),
       group_(std::move(group)),
-      gather_output_(gather_output) {
+      gather_output_(gather_output),
+      sp_(sp) {
   KILN_CHECK(parts >= 1 && out_features % parts == 0, "ColumnParallelLinear: {} output features in {} parts",
              out_features, parts);
   KILN_CHECK(!(gather_output && parts > 1), "ColumnParallelLinear: gather_output with {} stacked parts would interleave "
@@ -55,7 +61,7 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, GroupPtr gro
     : ColumnParallelLinear(nn::Linear(in, out, bias), std::move(group), gather_output) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  Tensor y = F::linear(copy_to_group(x, group_), weight, bias);
+  Tensor y = F::linear(sp_.enabled ? gather_from_sequence(x, group_, sp_.dim) : copy_to_group(x, group_), weight, bias);
   return gather_output_ ? gather_from_group(y, group_, -1) : y;
 }
 
@@ -64,22 +70,25 @@ std::string ColumnParallelLinear::extra_repr() const {
                      weight.size(0), group_->size(), bias.defined());
 }
 
-RowParallelLinear::RowParallelLinear(const nn::Linear& full, GroupPtr group, bool input_is_parallel)
+RowParallelLinear::RowParallelLinear(const nn::Linear& full, GroupPtr group, bool input_is_parallel, SequenceParallel sp)
     : nn::Module("RowParallelLinear"),
       in_features(full.in_features),
       out_features(full.out_features),
       group_(std::move(group)),
-      input_is_parallel_(input_is_parallel) {
+      input_is_parallel_(input_is_parallel),
+      sp_(sp) {
   check_divisible(in_features, *group_, "RowParallelLinear's input features");
   weight = register_parameter("weight", rank_slice(full.weight, *group_, 1, "RowParallelLinear"));
   if (full.bias.defined()) bias = register_parameter("bias", full.bias.detach().clone());
+  if (sp_.enabled && bias.defined()) mark_replicated(bias, group_);
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, GroupPtr group, bool bias, bool input_is_parallel)
     : RowParallelLinear(nn::Linear(in, out, bias), std::move(group), input_is_parallel) {}
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  Tensor y = reduce_from_group(F::linear(input_is_parallel_ ? x : scatter_to_group(x, group_, -1), weight), group_);
+  Tensor partial = F::linear(input_is_parallel_ ? x : scatter_to_group(x, group_, -1), weight);
+  Tensor y = sp_.enabled ? reduce_scatter_to_group(partial, group_, sp_.dim) : reduce_from_group(partial, group_);
   return bias.defined() ? y + bias : y;
 }
 

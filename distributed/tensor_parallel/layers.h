@@ -16,15 +16,26 @@
 
 namespace kiln::dist::tp {
 
+/// Sequence parallelism (Megatron's second step): between the tensor-parallel regions the
+/// activations are split along the sequence dim instead of replicated, so LayerNorm and dropout
+/// run on 1/T of them. A column-parallel layer then all-gathers its input along that dim
+/// (reduce-scattering the gradient), and a row-parallel layer reduce-scatters its output.
+struct SequenceParallel {
+  bool enabled = false;
+  int64_t dim = 1;  // the sequence dim of [B, T, C]
+};
+
 /// W [out, in] split by rows: rank r holds out/T output features. forward(x [*, in]) ->
 /// [*, out/T] (or the gathered [*, out] with `gather_output`). The input's gradient is
-/// all-reduced over the group in backward (copy_to_group).
+/// all-reduced over the group in backward (copy_to_group), or, sequence-parallel, the input is
+/// this rank's part of the sequence, gathered here.
 class ColumnParallelLinear : public nn::Module {
  public:
   /// This rank's shard of `full`. `parts`: >1 when W is several stacked matrices split alike
   /// (q, k, v of an attention's [3C, C] projection): each part is split by rows separately, so
   /// a rank holds rows of each part (its heads of q, of k and of v), in part order.
-  ColumnParallelLinear(const nn::Linear& full, GroupPtr group, bool gather_output = false, int64_t parts = 1);
+  ColumnParallelLinear(const nn::Linear& full, GroupPtr group, bool gather_output = false, int64_t parts = 1,
+                       SequenceParallel sp = {});
   /// A fresh layer initialised as nn::Linear(in, out, bias) would be in one process.
   ColumnParallelLinear(int64_t in, int64_t out, GroupPtr group, bool bias = true, bool gather_output = false);
   Tensor forward(const Tensor& x) override;
@@ -36,6 +47,7 @@ class ColumnParallelLinear : public nn::Module {
  private:
   GroupPtr group_;
   bool gather_output_;
+  SequenceParallel sp_;
 };
 
 /// W [out, in] split by columns: rank r holds in/T input features. forward(x [*, in/T]) (or the
@@ -43,7 +55,9 @@ class ColumnParallelLinear : public nn::Module {
 /// over the group (reduce_from_group); the bias, whole on every rank, is added once after.
 class RowParallelLinear : public nn::Module {
  public:
-  RowParallelLinear(const nn::Linear& full, GroupPtr group, bool input_is_parallel = true);
+  /// Sequence-parallel: the output is reduce-scattered along sp.dim, and the bias (whole on
+  /// every rank, added to a part of the sequence) has its gradient all-reduced (mark_replicated).
+  RowParallelLinear(const nn::Linear& full, GroupPtr group, bool input_is_parallel = true, SequenceParallel sp = {});
   RowParallelLinear(int64_t in, int64_t out, GroupPtr group, bool bias = true, bool input_is_parallel = true);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -54,6 +68,7 @@ class RowParallelLinear : public nn::Module {
  private:
   GroupPtr group_;
   bool input_is_parallel_;
+  SequenceParallel sp_;
 };
 
 /// An Embedding whose rows (the vocabulary) are split: rank r holds ids [r V/T, (r+1) V/T).
@@ -80,6 +95,11 @@ class VocabParallelEmbedding : public nn::Module {
 /// cross_entropy(all_gather(logits), targets). The gradient is softmax - one_hot on this rank's
 /// columns. Logits of any float dtype are computed in f32.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const GroupPtr& group);
+
+/// A parameter whole on every rank but used on one part of the sequence (a LayerNorm, a
+/// row-parallel bias, under sequence parallelism): its incoming gradient is summed over the
+/// group before it is accumulated, so every rank holds the whole gradient (accumulation-safe).
+void mark_replicated(const Tensor& param, const GroupPtr& group);
 
 /// Throws naming `what` and the numbers unless `n` divides by the group's size.
 void check_divisible(int64_t n, const ProcessGroup& group, const char* what);

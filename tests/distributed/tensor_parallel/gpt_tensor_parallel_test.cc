@@ -51,11 +51,11 @@ Tensor shard_of(const std::string& name, const Tensor& w, int rank, int world) {
   return w;  // replicated: position table, LayerNorms, c_proj biases
 }
 
-void gpt_matches(int rank, int world) {
+void gpt_matches(int rank, int world, bool sequence_parallel) {
   auto pg = dist::init_process_group();
   manual_seed(31);
   GPT whole(tiny());
-  TensorParallelGPT split(whole, pg);
+  TensorParallelGPT split(whole, pg, sequence_parallel);
   Generator g(8);
   Tensor idx = randint(0, 64, {2, 12}, kInt64, &g), targets = randint(0, 64, {2, 12}, kInt64, &g);
 
@@ -96,8 +96,13 @@ void gpt_matches(int rank, int world) {
 }
 
 TEST_CASE("TensorParallelGPT on 2 and 4 ranks: logits, loss, gradients and AdamW steps equal one process") {
-  test::require_all_ok(test::run_ranks(2, gpt_matches, 180, "tp_gpt2"));
-  test::require_all_ok(test::run_ranks(4, gpt_matches, 180, "tp_gpt4"));
+  test::require_all_ok(test::run_ranks(2, [](int r, int w) { gpt_matches(r, w, false); }, 180, "tp_gpt2"));
+  test::require_all_ok(test::run_ranks(4, [](int r, int w) { gpt_matches(r, w, false); }, 180, "tp_gpt4"));
+}
+
+TEST_CASE("TensorParallelGPT with sequence parallelism on 2 and 4 ranks equals one process too") {
+  test::require_all_ok(test::run_ranks(2, [](int r, int w) { gpt_matches(r, w, true); }, 180, "tp_gpt_sp2"));
+  test::require_all_ok(test::run_ranks(4, [](int r, int w) { gpt_matches(r, w, true); }, 180, "tp_gpt_sp4"));
 }
 
 TEST_CASE("GPT layouts that cannot split over the tensor-parallel size name the numbers") {
