@@ -27,6 +27,14 @@ class StorageImpl {
   Device device() const { return device_; }
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  /// Frees the memory (`nbytes` 0) or allocates `nbytes` afresh (contents undefined), keeping
+  /// this object, so every tensor and view of it, and its version: PyTorch's
+  /// untyped_storage().resize_(), with which FSDP frees gathered parameters between their uses.
+  /// Only for memory Kiln allocated; throws for wrapped memory.
+  void resize_(size_t nbytes);
+  /// Sets the version back, as torch.autograd._unsafe_preserve_version_counter: only for a
+  /// writer that restores exactly the contents autograd saved (FSDP's re-gather for backward).
+  void set_version_unsafe(uint32_t v) { version_.store(v, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;

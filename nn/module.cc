@@ -71,6 +71,16 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  KILN_CHECK(m != nullptr, "{}.replace_child: the module for '{}' is null", type_name(), name);
+  for (auto& [n, child] : children_)
+    if (n == name) {
+      child = std::move(m);
+      return;
+    }
+  KILN_CHECK(false, "{}.replace_child: no child named '{}'", type_name(), name);
+}
+
 void Module::collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const {
   for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
   if (!recurse) return;

@@ -91,6 +91,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  /// Puts `m` in place of the child registered as `name` (throws naming it when there is none).
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
   void collect(const std::string& prefix, bool recurse, bool params, NamedTensors& out) const;

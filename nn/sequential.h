@@ -10,6 +10,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "core/error.h"
 #include "nn/module.h"
 
 namespace kiln::nn {
@@ -53,6 +54,12 @@ class Sequential : public Module {
     return h;
   }
   size_t size() const { return layers_.size(); }
+  /// Puts `layer` in place of element i under the same name (how FSDP wraps each block).
+  void replace(size_t i, std::shared_ptr<Module> layer) {
+    KILN_CHECK(i < layers_.size(), "Sequential::replace: index {} of {} layers", i, layers_.size());
+    replace_child(std::to_string(i), layer);
+    layers_[i] = std::move(layer);
+  }
   const std::shared_ptr<Module>& operator[](size_t i) const { return layers_.at(i); }
 
  private:

@@ -369,3 +369,23 @@ TEST_CASE("contiguous() of large transposes matches element-wise indexing (tiled
       for (int64_t c = 0; c < 40; ++c)
         REQUIRE(got[(b * 50 + r) * 40 + c] == static_cast<float>((2 * b * 40 + c) * 50 + r));
 }
+
+TEST_CASE("Storage::resize_ frees and reallocates under every view, keeping the version; wrapped memory refuses") {
+  Tensor t = arange(6, kFloat32);
+  Tensor v = t.narrow(0, 2, 3);
+  StorageImpl& s = *t.storage();
+  t.add_(1.0);
+  const uint32_t version = s.version();
+  s.resize_(0);
+  CHECK(s.nbytes() == 0);
+  CHECK(s.data() == nullptr);
+  s.resize_(6 * sizeof(float));
+  CHECK(v.storage().get() == &s);  // the view sees the new memory
+  t.fill_(2.0);
+  CHECK(v.sum().item<float>() == 6.0f);
+  s.set_version_unsafe(version);
+  CHECK(t.version() == version);
+  float blob[2] = {1, 2};
+  Tensor w = from_blob(blob, {2}, kFloat32);
+  CHECK_THROWS_WITH(w.storage()->resize_(0), doctest::Contains("wraps memory Kiln does not own"));
+}

@@ -1,0 +1,100 @@
+// Fully sharded data parallel (ZeRO-3, PyTorch's FSDP; ZeRO-2 as an option). The model is cut
+// into units: every element of the Sequentials named in FsdpOptions::units (a GPT's blocks,
+// "h"), and the root (every parameter outside them). A unit's parameters live flattened, padded
+// to a multiple of the group size; each rank keeps one f32 shard of that flat vector, the leaf
+// the optimizer steps. So parameters, gradients and optimizer state are all 1/N per rank.
+//
+//   forward of a unit   all-gather its shards into the flat buffer the parameters view (the next
+//                       unit's all-gather prefetched), run it, then free the buffer (ZeRO-3)
+//   backward of a unit  gather it again (a hook on its output; the unit before it prefetched),
+//                       and once its last gradient is accumulated reduce-scatter the unit's
+//                       gradients (launched while backward goes on, in a fixed order), free them
+//                       and the buffer; each shard's .grad ends as the average over the group
+//
+//   dist::FullyShardedDataParallel fsdp(model, pg, {.units = {"h"}});
+//   optim::AdamW opt(fsdp.shards(), optim::AdamOptions(3e-4));
+//   loss_fn(fsdp.forward(x), y).backward(); fsdp.clip_grad_norm_(1.0); opt.step(); opt.zero_grad();
+//
+// The model keeps its parameter names and tensor handles (views of the gathered buffers, empty
+// between uses); parameters() of the model are not for an optimizer, shards() are. Every rank
+// must start from the same weights (a shared seed); training then matches one process on the
+// union of the ranks' batches. Mixed precision: run the forward under amp's autocast (bf16/f16
+// compute, f32 shards) and share a GradScaler's found-inf flag (dist::share_found_inf).
+// Checkpoints: distributed/fsdp/fsdp_checkpoint.h (sharded, reshardable; consolidated export).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "nn/module.h"
+
+namespace kiln::dist {
+
+enum class ShardingStrategy {
+  kFullShard,    // ZeRO-3: parameters gathered for each use and freed after it
+  kShardGradOp,  // ZeRO-2: gathered at forward and kept until the unit's backward has ended
+};
+
+struct FsdpOptions {
+  /// Dotted paths of Sequentials whose elements each become a unit ({"h"} for the GPT).
+  std::vector<std::string> units;
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  /// Start the next unit's all-gather while the current unit runs (forward and backward).
+  bool prefetch = true;
+};
+
+/// What the last backward did.
+struct FsdpStats {
+  int reduce_scatters = 0;             // one per unit
+  int launched_during_backward = 0;    // started before the graph walk ended
+  int64_t gathers = 0;                 // all-gathers since construction
+};
+
+class FullyShardedDataParallel : public nn::Module {
+ public:
+  /// Shards `model`'s parameters over `pg` (a collective: every rank, same model). Throws naming
+  /// a unit path that is not a Sequential, or a parameter shared between two units.
+  FullyShardedDataParallel(std::shared_ptr<nn::Module> model, std::shared_ptr<ProcessGroup> pg,
+                           FsdpOptions options = {});
+  ~FullyShardedDataParallel() override;
+
+  /// The model's forward with the root's parameters gathered (they stay so until backward ends).
+  Tensor forward(const Tensor& x) override;
+  /// Sets the wrapped model's mode.
+  void train(bool on = true) override;
+
+  /// One f32 leaf per unit (root first, then the units in order): what the optimizer steps.
+  std::vector<Tensor> shards() const;
+  /// Global-norm clipping over every shard's gradient (a collective); returns the total norm.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// The whole model's parameters by name, gathered from the shards (a collective), in the
+  /// one-process state_dict's names and shapes (buffers included).
+  nn::StateDict full_state_dict();
+  /// Loads whole parameters by name (a one-process state_dict) into this rank's shards. Not a
+  /// collective. Throws naming a missing key or a shape mismatch before changing anything.
+  void load_full_state_dict(const nn::StateDict& state);
+
+  struct UnitInfo {
+    std::string path;  // "" for the root, else "h.3"
+    std::vector<std::string> names;  // the parameters' names in the model
+    std::vector<Shape> shapes;
+    int64_t numel = 0, padded = 0;   // padded % group size == 0
+  };
+  std::vector<UnitInfo> units() const;
+  /// Bytes the gathered buffers hold now (0 between steps under kFullShard).
+  int64_t gathered_bytes() const;
+  const FsdpStats& stats() const;
+  nn::Module& module() { return *model_; }
+  ProcessGroup& process_group() const { return *pg_; }
+
+  struct State;  // shared with the units' wrappers and the hooks
+
+ private:
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<ProcessGroup> pg_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kiln::dist
