@@ -29,6 +29,8 @@ DISTRIBUTED = {
     "data_parallel": {"store", "backend"},
     "debug": {"store", "backend"},
     "pipeline": {"store", "backend", "data_parallel"},
+    "tensor_parallel": {"store", "backend"},
+    "fsdp": {"store", "backend", "data_parallel"},
 }
 # The one place above cuda/ that includes CUDA headers: NCCL takes CUDA streams and pointers.
 CUDA_HEADER_ALLOWED = {"distributed/backend/nccl_backend.cc", "distributed/backend/nccl_backend.h"}

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
-#include "distributed/pipeline_clip.h"
+#include "distributed/data_parallel/clip_grad_norm.h"
 #include "nn/sequential.h"
 
 namespace kiln::dist {

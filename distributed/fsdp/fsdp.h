@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/backend/process_group.h"
 #include "nn/module.h"
 
 namespace kiln::dist {

@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "distributed/backend/process_group.h"
 
 namespace kiln::dist::tp {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 
 namespace kiln::dist {
 

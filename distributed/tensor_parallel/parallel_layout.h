@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "distributed/backend/process_group.h"
 
 namespace kiln::dist {
 

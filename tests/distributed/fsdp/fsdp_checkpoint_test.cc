@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "distributed/fsdp/fsdp_checkpoint.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "tests/distributed/fsdp/fsdp_test_util.h"

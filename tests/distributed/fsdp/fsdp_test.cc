@@ -8,7 +8,7 @@
 #include "amp/autocast.h"
 #include "autograd/autograd.h"
 #include "distributed/fsdp/fsdp.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 #include "optim/optim.h"
 #include "tests/distributed/fsdp/fsdp_test_util.h"
 #include "tests/distributed/multiprocess.h"

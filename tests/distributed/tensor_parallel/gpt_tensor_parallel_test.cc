@@ -9,7 +9,7 @@
 
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 #include "examples/gpt_tensor_parallel.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "core/ops.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 #include "distributed/tensor_parallel/parallel_layout.h"
 #include "tests/distributed/multiprocess.h"
 

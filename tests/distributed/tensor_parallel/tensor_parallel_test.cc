@@ -11,7 +11,7 @@
 #include "autograd/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/init.h"
+#include "distributed/backend/init.h"
 #include "distributed/tensor_parallel/layers.h"
 #include "nn/attention.h"
 #include "nn/nn.h"
