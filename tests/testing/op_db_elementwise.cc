@@ -213,6 +213,11 @@ std::vector<OpInfo> elementwise_rows() {
        .torch = "F.leaky_relu(v[0], 0.1)", .gradcheck = false, .grads = {{0.1}}},
       {.name = "elu at 0", .args = {{.shape = {1}, .values = {0}}}, .fn = [](In v) { return elu(v[0], 1.5); },
        .torch = "F.elu(v[0], 1.5)", .gradcheck = false, .grads = {{1.5}}},
+      {.name = "binary_cross_entropy_with_logits at 0",
+       .args = {{.shape = {3}, .values = {0, 0, 0}}, {.shape = {3}, .values = {0.25, 1, 0}}},
+       .fn = [](In v) { return F::binary_cross_entropy_with_logits(v[0], v[1], F::Reduction::sum); },
+       .torch = "F.binary_cross_entropy_with_logits(v[0], v[1], reduction='sum')", .gradcheck = false,
+       .grads = {{0.25, -0.5, 0.5}, {0, 0, 0}}},
       {.name = "abs at 0", .args = {{.shape = {2}, .values = {0, -1}}}, .fn = [](In v) { return abs(v[0]); },
        .torch = "torch.abs(v[0])", .gradcheck = false, .grads = {{0, -1}}},
   };
