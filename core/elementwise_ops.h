@@ -45,19 +45,19 @@
   _(reciprocal, floating, output, fp32, -g * s * s)                                                 \
   /* x ^ a */                                                                                       \
   _(pow_scalar, numeric, input, fp32, a == M(0) ? M(0) : g * pow(s, a - M(1)) * a)                  \
-  /* min(max(x, a), b) (a = -inf / b = +inf when absent). Gradient: g where a <= x <= b, so 1 at    \
-     x == a and x == b, 0 outside and for NaN x: PyTorch 2.x's clamp_backward (FunctionsManual.cpp, \
-     "gradients not defined on min and max, so we return the subgradient 1") */                     \
-  _(clamp, numeric, input, keep, s >= a && s <= b ? g : M(0))                                       \
+  /* min(max(x, a), b) (a = -inf / b = +inf when absent). Gradient: g where a < x < b; 0 at x == a \
+     and x == b, outside, and for NaN x, as PyTorch 2.15 measured (tests/testing/torch_compare.py) */ \
+  _(clamp, numeric, input, keep, s > a && s < b ? g : M(0))                                         \
   /* a = beta, b = threshold: x where beta x > threshold, else log1p(exp(beta x)) / beta */         \
   _(softplus, floating, input, fp32, s * a > b ? g : g * softplus_grad(s * a))                      \
   /* a = negative_slope; slope a at x == 0 (PyTorch: x > 0 ? g : g * slope) */                      \
   _(leaky_relu, floating, input, keep, s > M(0) ? g : g * a)                                        \
   /* a = alpha; a at x == 0 (PyTorch: x <= 0 ? g * alpha * exp(x) : g) */                           \
   _(elu, floating, input, keep, s > M(0) ? g : g * a * exp(s))                                      \
-  /* a = min_val, b = max_val; unlike clamp, 0 at both bounds (PyTorch's hardtanh_backward) */      \
+  /* a = min_val, b = max_val; as clamp, 0 at both bounds (PyTorch's hardtanh_backward) */         \
   _(hardtanh, floating, input, keep, s <= a || s >= b ? M(0) : g)                                   \
-  _(hardswish, floating, input, keep, s < M(-3) ? M(0) : (s <= M(3) ? g * (s / M(3) + M(0.5)) : g)) \
+  /* 0 at x == -3 and g at x == 3 (PyTorch 2.15, measured) */                                      \
+  _(hardswish, floating, input, keep, s <= M(-3) ? M(0) : (s < M(3) ? g * (s / M(3) + M(0.5)) : g)) \
   /* F.gelu(approximate='tanh') */                                                                  \
   _(gelu_tanh, floating, input, keep, g * gelu_tanh_grad(s))
 

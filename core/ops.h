@@ -75,13 +75,14 @@ Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// x where x > 0, else alpha * (exp(x) - 1) (F.elu).
 Tensor elu(const Tensor& x, double alpha = 1);
-/// x clamped to [min_val, max_val]; unlike clamp, its gradient is 0 at both bounds (F.hardtanh).
+/// x clamped to [min_val, max_val]; as clamp with scalar bounds, its gradient is 0 at both bounds (F.hardtanh).
 Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
 /// x * relu6(x + 3) / 6 (F.hardswish).
 Tensor hardswish(const Tensor& x);
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor pow(const Tensor& x, const Tensor& exponent);
 Tensor pow(const Scalar& base, const Tensor& exponent);
+/// Gradient g strictly between the bounds, 0 at them and outside (PyTorch 2.15's, measured).
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 
 // ---- elementwise binary (broadcasting, PyTorch type promotion)
@@ -216,7 +217,8 @@ Tensor tile(const Tensor& x, const IntList& reps);
 /// Lower / upper triangle of the last two dims (elements with j - i <= / >= diagonal), zeros elsewhere.
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
-/// clamp with tensor bounds (broadcast; either may be undefined).
+/// clamp with tensor bounds (broadcast; either may be undefined). Gradients as maximum(x, min) then
+/// minimum(., max): a tie splits the gradient evenly between x and the bound (PyTorch 2.15's).
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
 
 /// Padding of the last dims, torch.nn.functional.pad's: `pads` = (last dim's before, after,

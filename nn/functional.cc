@@ -128,8 +128,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x0, const Tensor& y0, Redu
   constexpr AutocastOp op = AutocastOp::binary_cross_entropy_with_logits;
   const Tensor x = policy(op, x0), y = policy(op, y0), pos_weight = policy(op, pos_weight0);
   check_target("binary_cross_entropy_with_logits", x, y);
-  // log(1 + exp(-|x|)) + max(-x, 0) is -log sigmoid(x) without overflow.
-  Tensor log_sig_neg = log1p(exp(-abs(x))) + clamp(-x, 0.0, std::nullopt);  // -log sigmoid(x)
+  // -log sigmoid(x) = softplus(-x), without overflow; its gradient -sigmoid(-x) holds at x == 0 too
+  // (-0.5, as PyTorch's; log1p(exp(-|x|)) + max(-x, 0) gave 0 there, and -1 before clamp's bounds).
+  Tensor log_sig_neg = softplus(-x);
   Tensor loss;
   if (pos_weight.defined()) {
     Tensor lw = (pos_weight - 1.0) * y + 1.0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,32 @@ namespace kiln::nn {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 /// Name -> tensor, as saved in checkpoints.
 using StateDict = std::map<std::string, Tensor>;
+
+class Module;
+
+/// A shared module that is called like the module itself (`c_proj(gelu(c_fc(x)))`, where a plain
+/// std::shared_ptr would need `c_fc->forward(x)`). It is a std::shared_ptr, so registration,
+/// containers and `->` work unchanged, and a module object converts into one, moved into a new
+/// shared_ptr: `ModulePtr<> mlp = Sequential{Linear(4, 8), ReLU()};` (no make_shared).
+template <class M = Module>
+class ModulePtr : public std::shared_ptr<M> {
+ public:
+  ModulePtr() = default;
+  ModulePtr(std::nullptr_t) {}
+  ModulePtr(std::shared_ptr<M> p) : std::shared_ptr<M>(std::move(p)) {}
+  template <class U>
+    requires std::derived_from<U, M> && (!std::is_same_v<U, M>)
+  ModulePtr(std::shared_ptr<U> p) : std::shared_ptr<M>(std::move(p)) {}
+  template <class U>
+    requires std::derived_from<std::remove_cvref_t<U>, M> && (!std::is_lvalue_reference_v<U>)
+  ModulePtr(U&& module) : std::shared_ptr<M>(std::make_shared<std::remove_cvref_t<U>>(std::move(module))) {}
+
+  /// The module's call operator (its forward) with these arguments.
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return (*this->get())(std::forward<Args>(args)...);
+  }
+};
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -34,6 +61,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The layer's computation for one input; modules with other signatures define their own.
   virtual Tensor forward(const Tensor& input);
+  /// Calling a module runs its forward, as nn.Module.__call__: `fc(x)`. A module whose forward
+  /// takes other arguments adds `using Module::operator();` and an operator() forwarding them
+  /// (MultiheadAttention does). Through a pointer, hold it as ModulePtr (below) to call it so.
   Tensor operator()(const Tensor& input) { return forward(input); }
 
   /// The type ("Linear") used in error messages and printing: the name given to the
@@ -44,14 +74,16 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- registration (names must be unique within a module and contain no '.')
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor t);
-  template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+  /// Returns the child as a callable ModulePtr: `c_fc = register_module("c_fc", Linear(4, 16));`
+  /// then `c_fc(x)`.
+  template <class M> ModulePtr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
   }
   /// A module object (`register_module("fc", Linear(4, 3))`), moved into a new shared_ptr.
   template <class M>
     requires std::derived_from<M, Module>
-  std::shared_ptr<M> register_module(const std::string& name, M&& m) {
+  ModulePtr<M> register_module(const std::string& name, M&& m) {
     return register_module(name, std::make_shared<M>(std::move(m)));
   }
 

@@ -38,7 +38,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, d
   init::xavier_uniform_(w);
   in_proj_weight = register_parameter("in_proj_weight", w);
   if (bias) in_proj_bias = register_parameter("in_proj_bias", zeros({3 * embed_dim}));
-  out_proj = register_module("out_proj", std::make_shared<Linear>(embed_dim, embed_dim, bias));
+  out_proj = register_module("out_proj", Linear(embed_dim, embed_dim, bias));
   if (bias) init::zeros_(out_proj->bias);
 }
 
@@ -84,7 +84,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   ao.causal = o.is_causal && !mask.defined();
   ao.dropout_p = is_training() ? dropout : 0.0;
   Tensor y = functional::scaled_dot_product_attention(q, k, v, ao);
-  return out_proj->forward(y.transpose(1, 2).reshape({B, Tq, E}));
+  return out_proj(y.transpose(1, 2).reshape({B, Tq, E}));
 }
 
 std::string MultiheadAttention::extra_repr() const {

@@ -33,10 +33,16 @@ class MultiheadAttention : public Module {
                  const MultiheadAttentionForward& options = {});
   /// Self-attention: forward(x, x, x).
   Tensor forward(const Tensor& x) override { return forward(x, x, x); }
+  /// `mha(query, key, value, options)`, as calling torch.nn.MultiheadAttention.
+  using Module::operator();
+  Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const MultiheadAttentionForward& options = {}) {
+    return forward(query, key, value, options);
+  }
   std::string extra_repr() const override;
 
   Tensor in_proj_weight, in_proj_bias;
-  std::shared_ptr<Linear> out_proj;
+  ModulePtr<Linear> out_proj;
   const int64_t embed_dim, num_heads, head_dim;
   const double dropout;
 };

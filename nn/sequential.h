@@ -1,5 +1,6 @@
 // Sequential: runs its children in order, named "0", "1", ... as in PyTorch. Built from module
-// objects or shared pointers, mixed: `Sequential seq{Linear(4, 8), ReLU(), shared_linear};`.
+// objects or shared pointers, mixed: `Sequential seq{Linear(4, 8), ReLU(), shared_linear};`, and
+// shared without make_shared: `ModulePtr<> model = Sequential{...};`, then `model(x)`.
 // Prefer braces: they construct the layers left to right, so under a fixed seed the initial
 // weights are those of the same layers pushed one by one. In parentheses the compiler may build
 // the arguments in any order (GCC goes right to left), as with libtorch's Sequential.
@@ -50,7 +51,7 @@ class Sequential : public Module {
 
   Tensor forward(const Tensor& x) override {
     Tensor h = x;
-    for (auto& l : layers_) h = l->forward(h);
+    for (auto& l : layers_) h = (*l)(h);
     return h;
   }
   size_t size() const { return layers_.size(); }

@@ -47,12 +47,15 @@ Tensor binary_autograd(BinaryKind kind, const Tensor& a, const Tensor& b) {
         break;
       case BinaryKind::maximum:
       case BinaryKind::minimum: {
-        // Ties split the gradient evenly, as in PyTorch.
-        Tensor wins = kind == BinaryKind::maximum ? (A > B) : (A < B);
-        Tensor ties = (A == B);
-        Tensor share = wins.to(g.dtype()) + ties.to(g.dtype()) * 0.5;
-        ga = g * share;
-        gb = g * (1.0 - share);
+        // Ties split the gradient evenly, and a NaN on either side sends all of it to both, as
+        // PyTorch 2.15 does (measured).
+        const DType dt = g.dtype();
+        Tensor a_wins = (kind == BinaryKind::maximum ? (A > B) : (A < B)).to(dt);
+        Tensor b_wins = (kind == BinaryKind::maximum ? (A < B) : (A > B)).to(dt);
+        Tensor ties = (A == B).to(dt) * 0.5;
+        Tensor unordered = 1.0 - a_wins - b_wins - ties * 2.0;
+        ga = g * (a_wins + ties + unordered);
+        gb = g * (b_wins + ties + unordered);
         break;
       }
     }

@@ -91,13 +91,15 @@ Tensor triu(const Tensor& x, int64_t diagonal) {
 
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_CHECK(min.defined() || max.defined(), "clamp: at least one of min and max must be given");
-  // As torch.clamp: min first, then max (so max wins where min > max); at x == bound the gradient
-  // goes to x; NaN stays NaN and, as in PyTorch's clamp backward, passes no gradient.
+  // As torch.clamp: min first, then max (so max wins where min > max). Gradients as PyTorch 2.15's
+  // (measured): those of maximum(x, min) and minimum(., max), so a tie splits the gradient evenly
+  // between x and the bound; where the result is NaN with both bounds given, all of it goes to x.
   Tensor out = x;
-  if (min.defined()) out = where(out < min, min, out);
-  if (max.defined()) out = where(out > max, max, out);
-  if (!is_floating(x.dtype())) return out;
-  return where(x != x, x.detach(), out);
+  if (min.defined()) out = maximum(out, min);
+  if (max.defined()) out = minimum(out, max);
+  if (!min.defined() || !max.defined() || !is_floating(out.dtype())) return out;
+  const Tensor value = out.detach();
+  return where(value != value, x + value, out);
 }
 
 Tensor Tensor::flip(const IntList& dims) const { return kiln::flip(*this, dims); }

@@ -9,7 +9,8 @@
 #include "amp/amp.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
-#include "tests/amp/amp_test_util.h"
+#include "tests/file_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 using test::contains;
@@ -79,8 +80,7 @@ TEST_CASE("with master weights the optimizer state is f32; f32 parameters keep n
 TEST_CASE("master copies go through state_dict and checkpoints exactly") {
   manual_seed(3);
   auto make = [] {
-    auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(4, 3)});
+    nn::ModulePtr<nn::Sequential> m = nn::Sequential{nn::Linear(4, 3)};
     m->to(kFloat16);
     return m;
   };
@@ -140,8 +140,7 @@ TEST_CASE("a state without master copies (an O1 run) makes fresh ones from the l
 
 TEST_CASE("an f16 model trains with master weights, autocast and a GradScaler (O2)") {
   manual_seed(5);
-  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 4)});
+  nn::ModulePtr<nn::Sequential> model = nn::Sequential{nn::Linear(8, 16), nn::ReLU(), nn::Linear(16, 4)};
   model->to(kFloat16);
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
   opt.set_master_weights();
@@ -153,7 +152,7 @@ TEST_CASE("an f16 model trains with master weights, autocast and a GradScaler (O
     Tensor loss;
     {
       amp::AutocastGuard autocast(kFloat16);
-      loss = nn::functional::cross_entropy(model->forward(x), y);  // f32 input cast down to f16
+      loss = nn::functional::cross_entropy(model(x), y);  // f32 input cast down to f16
     }
     CHECK(loss.dtype() == kFloat32);
     opt.zero_grad();

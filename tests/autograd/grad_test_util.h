@@ -1,4 +1,4 @@
-// Helpers for gradient tests: random f64 leaves and a gradcheck assertion.
+// The gradcheck assertion of the gradient tests (random leaves: tests/testing/compare.h's leaf).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -6,13 +6,9 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "tests/testing/compare.h"
 
 namespace kiln::test {
-
-/// A contiguous f64 leaf requiring grad, uniform in [lo, hi).
-inline Tensor leaf(const Shape& shape, double lo = -1.0, double hi = 1.0) {
-  return (rand(shape, kFloat64) * (hi - lo) + lo).contiguous().set_requires_grad(true);
-}
 
 using Inputs = const std::vector<Tensor>&;
 

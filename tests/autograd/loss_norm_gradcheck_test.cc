@@ -8,7 +8,7 @@
 #include "autograd/autograd.h"
 #include "core/op_table.h"
 #include "tests/autograd/grad_test_util.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

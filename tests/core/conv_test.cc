@@ -14,7 +14,7 @@
 #include "core/kernels.h"
 #include "core/op_table.h"
 #include "core/parallel.h"
-#include "test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

@@ -1,12 +1,13 @@
-// Elementwise ops against f64 std:: references on random inputs: every unary and binary op,
-// broadcasting, non-contiguous operands, 16-bit floats, the fused backward kinds, comparisons,
-// where/clamp/masked_fill, in-place arithmetic and the errors.
+// Elementwise ops beyond their op database rows (tests/testing/op_db_*.cc check every unary and
+// binary op against an f64 reference, threaded, broadcast, strided and in f16/bf16): integer and
+// bool dtypes, scalar operands, comparisons, where/clamp/masked_fill, in-place arithmetic, the
+// fused backward kinds and the errors.
 #include <cmath>
 #include <functional>
 #include <string>
 
 #include "core/grad_mode.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 
@@ -41,91 +42,7 @@ Tensor normal(const Shape& s, DType dt = kFloat32) { return (randn(s, kFloat64) 
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 
-struct UnaryCase {
-  std::string name;
-  std::function<Tensor(const Tensor&)> op;
-  std::function<double(double)> ref;
-  bool positive_domain;
-};
-
-std::vector<UnaryCase> unary_cases() {
-  return {
-      {"neg", [](const Tensor& x) { return kiln::neg(x); }, [](double v) { return -v; }, false},
-      {"abs", [](const Tensor& x) { return kiln::abs(x); }, [](double v) { return std::fabs(v); }, false},
-      {"exp", [](const Tensor& x) { return kiln::exp(x); }, [](double v) { return std::exp(v); }, false},
-      {"log", [](const Tensor& x) { return kiln::log(x); }, [](double v) { return std::log(v); }, true},
-      {"log1p", [](const Tensor& x) { return kiln::log1p(x); }, [](double v) { return std::log1p(v); }, true},
-      {"expm1", [](const Tensor& x) { return kiln::expm1(x); }, [](double v) { return std::expm1(v); }, false},
-      {"sqrt", [](const Tensor& x) { return kiln::sqrt(x); }, [](double v) { return std::sqrt(v); }, true},
-      {"rsqrt", [](const Tensor& x) { return kiln::rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); }, true},
-      {"sin", [](const Tensor& x) { return kiln::sin(x); }, [](double v) { return std::sin(v); }, false},
-      {"cos", [](const Tensor& x) { return kiln::cos(x); }, [](double v) { return std::cos(v); }, false},
-      {"tanh", [](const Tensor& x) { return kiln::tanh(x); }, [](double v) { return std::tanh(v); }, false},
-      {"sigmoid", [](const Tensor& x) { return kiln::sigmoid(x); }, sigmoid_ref, false},
-      {"relu", [](const Tensor& x) { return kiln::relu(x); }, [](double v) { return v > 0 ? v : 0.0; }, false},
-      {"gelu", [](const Tensor& x) { return kiln::gelu(x); }, gelu_ref, false},
-      {"silu", [](const Tensor& x) { return kiln::silu(x); }, [](double v) { return v * sigmoid_ref(v); }, false},
-      {"square", [](const Tensor& x) { return kiln::square(x); }, [](double v) { return v * v; }, false},
-      {"reciprocal", [](const Tensor& x) { return kiln::reciprocal(x); }, [](double v) { return 1 / v; }, true},
-      {"sign", [](const Tensor& x) { return kiln::sign(x); }, [](double v) { return double((v > 0) - (v < 0)); }, false},
-      {"pow 3", [](const Tensor& x) { return kiln::pow(x, 3); }, [](double v) { return v * v * v; }, false},
-      {"pow 2.5", [](const Tensor& x) { return kiln::pow(x, 2.5); }, [](double v) { return std::pow(v, 2.5); }, true},
-      {"pow -0.5", [](const Tensor& x) { return x.pow(-0.5); }, [](double v) { return std::pow(v, -0.5); }, true},
-      {"clamp", [](const Tensor& x) { return kiln::clamp(x, -0.5, 1.0); },
-       [](double v) { return std::min(std::max(v, -0.5), 1.0); }, false},
-      // The activations of the registry (core/elementwise_ops.h), PyTorch's definitions.
-      {"softplus", [](const Tensor& x) { return kiln::softplus(x); }, [](double v) { return std::log1p(std::exp(v)); },
-       false},
-      {"softplus beta 2 threshold 1", [](const Tensor& x) { return kiln::softplus(x, 2, 1); },
-       [](double v) { return 2 * v > 1 ? v : std::log1p(std::exp(2 * v)) / 2; }, false},
-      {"leaky_relu", [](const Tensor& x) { return kiln::leaky_relu(x, 0.2); },
-       [](double v) { return v > 0 ? v : 0.2 * v; }, false},
-      {"elu", [](const Tensor& x) { return kiln::elu(x, 1.5); },
-       [](double v) { return v > 0 ? v : 1.5 * (std::exp(v) - 1); }, false},
-      {"hardtanh", [](const Tensor& x) { return kiln::hardtanh(x, -0.5, 2); },
-       [](double v) { return std::min(std::max(v, -0.5), 2.0); }, false},
-      {"hardswish", [](const Tensor& x) { return kiln::hardswish(x); },
-       [](double v) { return v * std::min(std::max(v + 3, 0.0), 6.0) / 6; }, false},
-      {"gelu tanh", [](const Tensor& x) { return kiln::gelu(x, "tanh"); },
-       [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }, false},
-  };
-}
-
 }  // namespace
-
-TEST_CASE("unary ops match the f64 reference for f32 and f64, contiguous or not") {
-  manual_seed(1);
-  for (const UnaryCase& c : unary_cases()) {
-    CAPTURE(c.name);
-    for (DType dt : {kFloat32, kFloat64}) {
-      CAPTURE(dtype_name(dt));
-      double rtol = dt == kFloat32 ? 1e-5 : 1e-12, atol = dt == kFloat32 ? 1e-6 : 1e-12;
-      // Large enough to be split across threads.
-      Tensor x = c.positive_domain ? positive({70001}, dt) : normal({70001}, dt);
-      Tensor y = c.op(x);
-      CHECK(y.dtype() == dt);
-      CHECK_ALLCLOSE(y, ref1(x, c.ref), rtol, atol);
-
-      Tensor xt = transposed(c.positive_domain ? positive({7, 13}, dt) : normal({7, 13}, dt));
-      REQUIRE(!xt.is_contiguous());
-      CHECK_ALLCLOSE(c.op(xt), ref1(xt, c.ref), rtol, atol);
-    }
-  }
-}
-
-TEST_CASE("unary ops on f16 and bf16 compute in float") {
-  manual_seed(2);
-  for (const UnaryCase& c : unary_cases()) {
-    CAPTURE(c.name);
-    for (DType dt : {kFloat16, kBFloat16}) {
-      CAPTURE(dtype_name(dt));
-      Tensor x = c.positive_domain ? positive({257}, dt) : normal({257}, dt);
-      Tensor y = c.op(x);
-      CHECK(y.dtype() == dt);
-      CHECK_ALLCLOSE(y, ref1(x, c.ref), 1e-2, 1e-2);
-    }
-  }
-}
 
 TEST_CASE("float unary ops on integer tensors promote to f32; integer-preserving ops keep the dtype") {
   Tensor i = tensor(std::vector<int64_t>{-3, 0, 2, 5});
@@ -157,81 +74,6 @@ TEST_CASE("relu and clamp pass NaN through") {
   auto c = kiln::clamp(x, 0, 1).to_vector<float>();
   CHECK(std::isnan(c[0]));
   CHECK(c[2] == 1);
-}
-
-namespace {
-
-struct BinaryCase {
-  std::string name;
-  std::function<Tensor(const Tensor&, const Tensor&)> op;
-  std::function<double(double, double)> ref;
-  bool positive_base;
-};
-
-std::vector<BinaryCase> binary_cases() {
-  return {
-      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double x, double y) { return x + y; }, false},
-      {"add alpha", [](const Tensor& a, const Tensor& b) { return kiln::add(a, b, 0.5); },
-       [](double x, double y) { return x + 0.5 * y; }, false},
-      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double x, double y) { return x - y; }, false},
-      {"sub alpha", [](const Tensor& a, const Tensor& b) { return kiln::sub(a, b, 3); },
-       [](double x, double y) { return x - 3 * y; }, false},
-      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double x, double y) { return x * y; }, false},
-      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double x, double y) { return x / y; }, false},
-      {"maximum", [](const Tensor& a, const Tensor& b) { return kiln::maximum(a, b); },
-       [](double x, double y) { return std::max(x, y); }, false},
-      {"minimum", [](const Tensor& a, const Tensor& b) { return kiln::minimum(a, b); },
-       [](double x, double y) { return std::min(x, y); }, false},
-      {"pow", [](const Tensor& a, const Tensor& b) { return kiln::pow(a, b); },
-       [](double x, double y) { return std::pow(x, y); }, true},
-  };
-}
-
-}  // namespace
-
-TEST_CASE("binary ops match the f64 reference: same shape, broadcast, non-contiguous") {
-  manual_seed(3);
-  for (const BinaryCase& c : binary_cases()) {
-    CAPTURE(c.name);
-    for (DType dt : {kFloat32, kFloat64}) {
-      CAPTURE(dtype_name(dt));
-      double rtol = dt == kFloat32 ? 1e-5 : 1e-12, atol = dt == kFloat32 ? 1e-6 : 1e-12;
-      auto lhs = [&](const Shape& s) { return c.positive_base ? positive(s, dt) : normal(s, dt); };
-      // Same shape, large enough for several threads.
-      Tensor a = lhs({50003}), b = normal({50003}, dt);
-      Tensor y = c.op(a, b);
-      CHECK(y.dtype() == dt);
-      CHECK_ALLCLOSE(y, ref2(a, b, c.ref), rtol, atol);
-      // Broadcasting both ways: [3, 1, 5] with [4, 1] -> [3, 4, 5].
-      Tensor p = lhs({3, 1, 5}), q = normal({4, 1}, dt);
-      Tensor r = c.op(p, q);
-      CHECK(r.sizes() == Shape{3, 4, 5});
-      CHECK_ALLCLOSE(r, ref2(p, q, c.ref), rtol, atol);
-      // A 0-dim operand on either side.
-      Tensor s = normal({}, dt), sl = lhs({});
-      CHECK_ALLCLOSE(c.op(p, s), ref2(p, s, c.ref), rtol, atol);
-      CHECK_ALLCLOSE(c.op(sl, q), ref2(sl, q, c.ref), rtol, atol);
-      // Non-contiguous operands.
-      Tensor at = transposed(lhs({9, 11})), bt = transposed(normal({9, 11}, dt));
-      CHECK_ALLCLOSE(c.op(at, bt), ref2(at, bt, c.ref), rtol, atol);
-      Tensor bc = normal({11, 9}, dt);
-      CHECK_ALLCLOSE(c.op(at, bc), ref2(at, bc, c.ref), rtol, atol);
-    }
-  }
-}
-
-TEST_CASE("binary ops on f16 and bf16 compute in float") {
-  manual_seed(4);
-  for (const BinaryCase& c : binary_cases()) {
-    CAPTURE(c.name);
-    for (DType dt : {kFloat16, kBFloat16}) {
-      CAPTURE(dtype_name(dt));
-      Tensor a = c.positive_base ? positive({4, 33}, dt) : normal({4, 33}, dt), b = normal({33}, dt);
-      Tensor y = c.op(a, b);
-      CHECK(y.dtype() == dt);
-      CHECK_ALLCLOSE(y, ref2(a, b, c.ref), 1e-2, 2e-2);
-    }
-  }
 }
 
 TEST_CASE("integer arithmetic stays integral and division is true division") {

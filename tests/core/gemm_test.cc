@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/cpu/gemm.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

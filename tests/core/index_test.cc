@@ -1,7 +1,7 @@
 // Indexing ops against loops written out by hand on random data: index_select, gather,
 // scatter_add, index_add and one_hot, on contiguous and strided operands, with repeated
 // indices, sizes large enough to take the parallel paths, and out-of-range indices.
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

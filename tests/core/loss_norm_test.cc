@@ -6,7 +6,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/layer_norm.h"
 #include "core/op_table.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

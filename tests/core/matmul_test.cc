@@ -4,7 +4,7 @@
 #include "core/kernels.h"
 #include "core/matmul_precision.h"
 #include "core/parallel.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

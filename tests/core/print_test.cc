@@ -3,7 +3,7 @@
 #include <limits>
 #include <sstream>
 
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

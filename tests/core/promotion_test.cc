@@ -1,7 +1,7 @@
 // Type promotion as PyTorch does it: categories bool < integer < floating; dimensioned tensors
 // outrank 0-dim tensors, which outrank bare numbers, unless the lower rank brings a higher
 // category. Each case below was checked against torch.result_type.
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

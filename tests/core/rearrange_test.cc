@@ -6,7 +6,7 @@
 
 #include "core/conv.h"
 #include "core/ops.h"
-#include "test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

@@ -2,7 +2,7 @@
 // copies only where a view is impossible, zero-size dims, and errors that name op and values.
 #include <array>
 
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

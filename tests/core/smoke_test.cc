@@ -1,5 +1,5 @@
 #include "core/parallel.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

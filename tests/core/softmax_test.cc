@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "core/kernels.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 

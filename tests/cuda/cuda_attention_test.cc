@@ -17,21 +17,11 @@
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
+using kiln::test::close_scaled;
 
 namespace {
 
 const Device kGpu("cuda:0");
-
-/// |a - b| <= tol (|b| + max |b|): sums of many terms differ in order between the devices.
-bool close_scaled(const Tensor& a, const Tensor& b, double tol) {
-  auto x = a.to(kCPU).to(kFloat64).to_vector<double>(), y = b.to(kFloat64).to_vector<double>();
-  if (x.size() != y.size()) return false;
-  double scale = 1;
-  for (double v : y) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || std::fabs(x[i] - y[i]) <= tol * (std::fabs(y[i]) + scale))) return false;
-  return true;
-}
 
 struct Case {
   Shape q, k, v;

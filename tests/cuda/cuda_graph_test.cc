@@ -55,7 +55,7 @@ TEST_CASE("a whole training step replayed matches the same steps run eagerly") {
   KILN_REQUIRE_GPU();
   auto make = [] {
     manual_seed(7);
-    auto m = std::make_shared<nn::Sequential>(nn::Sequential{nn::Linear(20, 32), nn::ReLU(), nn::Linear(32, 5)});
+    nn::ModulePtr<nn::Sequential> m = nn::Sequential{nn::Linear(20, 32), nn::ReLU(), nn::Linear(32, 5)};
     m->to(kGpu);
     return m;
   };
@@ -64,7 +64,7 @@ TEST_CASE("a whole training step replayed matches the same steps run eagerly") {
   optim::SGD graph_opt(graphed->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
   auto step = [](nn::Sequential& m, optim::SGD& opt, const Tensor& x, const Tensor& y) {
     opt.zero_grad(/*set_to_none=*/false);
-    Tensor loss = nn::functional::cross_entropy(m.forward(x), y);
+    Tensor loss = nn::functional::cross_entropy(m(x), y);
     loss.backward();
     opt.step();
     return loss;

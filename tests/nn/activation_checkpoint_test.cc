@@ -6,17 +6,17 @@
 #include "autograd/node.h"
 #include "core/memory/memory_tracker.h"
 #include "nn/nn.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
+using kiln::test::max_diff;
 namespace F = kiln::nn::functional;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
-
 struct Block {
   nn::Linear a{16, 32}, b{32, 16};
-  Tensor operator()(const Tensor& x) { return b.forward(F::dropout(gelu(a.forward(x)), 0.3, true)); }
+  Tensor operator()(const Tensor& x) { return b(F::dropout(gelu(a(x)), 0.3, true)); }
   std::vector<Tensor> params() { return {a.weight, a.bias, b.weight, b.bias}; }
 };
 
@@ -64,7 +64,7 @@ TEST_CASE("checkpoint reaches parameters when no input requires grad, and an exp
   nn::Linear lin(6, 4);
   Generator gen(3);
   Tensor x = randn({5, 6});
-  auto run = [&](const Tensor& in) { return F::dropout(lin.forward(in), 0.5, true, &gen); };
+  auto run = [&](const Tensor& in) { return F::dropout(lin(in), 0.5, true, &gen); };
   gen.manual_seed(3);
   run(x).sum().backward();
   Tensor gw = lin.weight.grad();
@@ -103,7 +103,7 @@ TEST_CASE("checkpointed blocks hold less memory between forward and backward") {
   for (int i = 0; i < 16; ++i) layers.push_back(std::make_unique<nn::Linear>(256, 256));
   Tensor x = randn({512, 256}).requires_grad_();
   auto block = [&](int i, const Tensor& h) {
-    return layers[2 * i + 1]->forward(gelu(layers[2 * i]->forward(h))).tanh();
+    return (*layers[2 * i + 1])(gelu((*layers[2 * i])(h))).tanh();
   };
   auto measure = [&](bool use_checkpoint) {
     CpuMemoryTracker tracker;

@@ -11,14 +11,14 @@
 #include "core/ops/attention.h"
 #include "core/parallel.h"
 #include "nn/attention.h"
+#include "tests/testing/compare.h"
 
 namespace F = kiln::nn::functional;
 using namespace kiln;
+using kiln::test::max_diff;
+using kiln::test::rel_diff;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
-double rel_diff(const Tensor& a, const Tensor& b) { return max_diff(a, b) / std::max(1.0, b.abs().max().item<double>()); }
 
 /// Fused and composite agree in f32 on output and on the gradients of q, k, v (and a float mask).
 void check_against_composite(const Shape& qs, const Shape& ks, const Shape& vs, F::AttentionOptions o) {

@@ -9,7 +9,7 @@
 #include "autograd/node.h"
 #include "core/op_table.h"
 #include "nn/nn.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 namespace F = nn::functional;
@@ -90,7 +90,7 @@ TEST_CASE("BatchNorm2d trains through the primitive and evaluates with its runni
   Tensor rm = zeros({3}), rv = ones({3});
   for (int step = 0; step < 3; ++step) {
     Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
-    Tensor y = m.forward(x);
+    Tensor y = m(x);
     Tensor ref = composite_batch_norm(x, rm, rv, m.weight.detach(), m.bias.detach(), m.momentum, m.eps);
     CHECK(close(y, ref, 1e-5));
     REQUIRE(y.grad_fn() != nullptr);
@@ -101,7 +101,7 @@ TEST_CASE("BatchNorm2d trains through the primitive and evaluates with its runni
   CHECK(m.num_batches_tracked.item<int64_t>() == 3);
   m.eval();
   Tensor x = randn({2, 3, 4, 4});
-  CHECK(close(m.forward(x), (x - rm.reshape({1, 3, 1, 1})) / sqrt(rv.reshape({1, 3, 1, 1}) + m.eps), 1e-5));
+  CHECK(close(m(x), (x - rm.reshape({1, 3, 1, 1})) / sqrt(rv.reshape({1, 3, 1, 1}) + m.eps), 1e-5));
 }
 
 TEST_CASE("batch_norm of a 16-bit input with f32 weight, bias and running statistics") {

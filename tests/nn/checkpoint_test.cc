@@ -29,11 +29,11 @@ struct Tiny : Module {
     weight = register_parameter("weight", randn({3, width}));
     running = register_buffer("running", randn({3}));
     count = register_buffer("count", tensor<int64_t>({5}));
-    head = register_module("head", std::make_shared<Linear>(3, 2));
+    head = register_module("head", Linear(3, 2));
   }
-  Tensor forward(const Tensor& x) override { return head->forward(x.matmul(weight.t()) + running); }
+  Tensor forward(const Tensor& x) override { return head(x.matmul(weight.t()) + running); }
   Tensor weight, running, count;
-  std::shared_ptr<Linear> head;
+  ModulePtr<Linear> head;
 };
 
 /// Deep copies, to compare against after a refused load.
@@ -53,7 +53,7 @@ bool same_state(const std::map<std::string, Tensor>& a, const std::map<std::stri
 /// One Adam step so the optimizer has per-parameter state.
 void train_step(Tiny& m, optim::Optimizer& opt) {
   opt.zero_grad();
-  m.forward(randn({4, m.weight.size(1)})).square().sum().backward();
+  m(randn({4, m.weight.size(1)})).square().sum().backward();
   opt.step();
 }
 
@@ -94,7 +94,7 @@ TEST_CASE("checkpoint round trip: model, optimizer, step, epoch, rng and extra m
   Tensor x = randn({4, 2});
   for (auto [m, o] : {std::pair<Tiny*, optim::Optimizer*>{&a, &opt_a}, {&b, &opt_b}}) {
     o->zero_grad();
-    m->forward(x).square().sum().backward();
+    (*m)(x).square().sum().backward();
     o->step();
   }
   CHECK(same_state(a.state_dict(), b.state_dict()));

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "nn/nn.h"
-#include "tests/core/test_util.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 namespace F = kiln::nn::functional;

@@ -4,8 +4,10 @@
 #include <cmath>
 
 #include "nn/nn.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
+using kiln::test::close;
 using autograd::gradcheck;
 
 namespace {
@@ -15,19 +17,11 @@ void check_module_grads(nn::Module& m, const Tensor& x) {
   m.to(kFloat64);
   std::vector<Tensor> inputs{x};
   for (Tensor p : m.parameters()) inputs.push_back(p);
-  auto r = gradcheck([&](const std::vector<Tensor>& v) { return m.forward(v[0]); }, inputs);
+  auto r = gradcheck([&](const std::vector<Tensor>& v) { return m(v[0]); }, inputs);
   CHECK_MESSAGE(r.ok, m.type_name(), ": ", r.message);
 }
 
 Tensor input(const Shape& s) { return randn(s, kFloat64).set_requires_grad(true); }
-
-bool close(const Tensor& a, const Tensor& b, double tol = 1e-6) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i)
-    if (std::fabs(x[i] - y[i]) > tol * (1 + std::fabs(y[i]))) return false;
-  return true;
-}
 
 }  // namespace
 
@@ -38,7 +32,7 @@ TEST_CASE("Linear computes x W^T + b and has PyTorch's init bounds") {
   lin.to(kFloat64);
   Tensor x = randn({4, 3}, kFloat64);
   auto w = lin.weight.to_vector<double>(), b = lin.bias.to_vector<double>(), xv = x.to_vector<double>();
-  auto y = lin.forward(x).to_vector<double>();
+  auto y = lin(x).to_vector<double>();
   for (int i = 0; i < 4; ++i)
     for (int o = 0; o < 2; ++o) {
       double ref = b[o];
@@ -55,7 +49,7 @@ TEST_CASE("Conv2d matches a direct convolution and its gradients check") {
   nn::Conv2d conv(2, 3, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}});
   conv.to(kFloat64);
   Tensor x = randn({1, 2, 5, 5}, kFloat64);
-  Tensor y = conv.forward(x);
+  Tensor y = conv(x);
   CHECK(y.sizes() == Shape{1, 3, 3, 3});
   auto xv = x.to_vector<double>(), wv = conv.weight.to_vector<double>(), bv = conv.bias.to_vector<double>();
   auto yv = y.to_vector<double>();
@@ -79,11 +73,11 @@ TEST_CASE("pooling layers") {
   manual_seed(3);
   Tensor x = tensor(std::vector<double>{1, 5, 2, 0, 3, 4, 8, 7, 6, 9, 1, 2, 0, 1, 3, 4}, {1, 1, 4, 4});
   nn::MaxPool2d mp({2, 2});
-  CHECK(mp.forward(x).to_vector<double>() == std::vector<double>{5, 8, 9, 4});
+  CHECK(mp(x).to_vector<double>() == std::vector<double>{5, 8, 9, 4});
   nn::AvgPool2d ap({2, 2});
-  CHECK(ap.forward(x).to_vector<double>() == std::vector<double>{13.0 / 4, 17.0 / 4, 16.0 / 4, 10.0 / 4});
+  CHECK(ap(x).to_vector<double>() == std::vector<double>{13.0 / 4, 17.0 / 4, 16.0 / 4, 10.0 / 4});
   nn::AdaptiveAvgPool2d gap({1, 1});
-  CHECK(gap.forward(x).item<double>() == doctest::Approx(56.0 / 16));
+  CHECK(gap(x).item<double>() == doctest::Approx(56.0 / 16));
   check_module_grads(mp, input({2, 2, 4, 4}));
   check_module_grads(ap, input({2, 2, 4, 4}));
   check_module_grads(gap, input({2, 2, 3, 3}));
@@ -94,7 +88,7 @@ TEST_CASE("BatchNorm normalises with batch statistics, tracks running ones, and 
   nn::BatchNorm1d bn(3);
   bn.to(kFloat64);
   Tensor x = randn({8, 3}, kFloat64) * 2.0 + 1.0;
-  Tensor y = bn.forward(x);
+  Tensor y = bn(x);
   auto mean = y.mean({0}).to_vector<double>();
   auto var = y.var({0}, /*correction=*/0).to_vector<double>();
   for (int c = 0; c < 3; ++c) {
@@ -106,13 +100,13 @@ TEST_CASE("BatchNorm normalises with batch statistics, tracks running ones, and 
   CHECK(close(bn.running_var, x.var({0}) * 0.1 + 0.9));
   CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
   bn.eval();
-  Tensor e = bn.forward(x);
+  Tensor e = bn(x);
   CHECK(close(e, (x - bn.running_mean) / sqrt(bn.running_var + 1e-5)));
   bn.train();
   check_module_grads(bn, input({6, 3}));
   nn::BatchNorm2d bn2(2);
   check_module_grads(bn2, input({3, 2, 2, 2}));
-  CHECK_THROWS_WITH(bn2.forward(randn({3, 5, 2, 2})), doctest::Contains("BatchNorm2d"));
+  CHECK_THROWS_WITH(bn2(randn({3, 5, 2, 2})), doctest::Contains("BatchNorm2d"));
 }
 
 TEST_CASE("LayerNorm normalises the last dims") {
@@ -120,7 +114,7 @@ TEST_CASE("LayerNorm normalises the last dims") {
   nn::LayerNorm ln({4});
   ln.to(kFloat64);
   Tensor x = randn({3, 4}, kFloat64) * 3.0;
-  Tensor y = ln.forward(x);
+  Tensor y = ln(x);
   for (double m : y.mean({1}).to_vector<double>()) CHECK(m == doctest::Approx(0.0).epsilon(1e-9));
   check_module_grads(ln, input({3, 4}));
 }
@@ -130,7 +124,7 @@ TEST_CASE("Embedding looks rows up and keeps the padding row's gradient at zero"
   nn::Embedding emb(5, 3, /*padding_idx=*/0);
   emb.to(kFloat64);
   Tensor idx = tensor(std::vector<int64_t>{1, 0, 4, 1}, {2, 2});
-  Tensor y = emb.forward(idx);
+  Tensor y = emb(idx);
   CHECK(y.sizes() == Shape{2, 2, 3});
   CHECK(close(y[0][0], emb.weight[1]));
   y.sum().backward();
@@ -141,7 +135,7 @@ TEST_CASE("Embedding looks rows up and keeps the padding row's gradient at zero"
   std::vector<Tensor> ins{emb.weight};
   emb.weight.set_grad(Tensor());
   Tensor no_pad = tensor(std::vector<int64_t>{1, 3, 4, 1}, {2, 2});
-  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb.forward(no_pad); }, ins);
+  auto r = gradcheck([&](const std::vector<Tensor>&) { return emb(no_pad); }, ins);
   CHECK_MESSAGE(r.ok, r.message);
 }
 
@@ -155,7 +149,7 @@ TEST_CASE("Embedding's padding row is looked up as stored, as in PyTorch, and a 
     emb.weight[4].fill_(3.0);  // e.g. loaded from a checkpoint
   }
   Tensor idx = tensor(std::vector<int64_t>{4, 1, 4});
-  Tensor y = emb.forward(idx);
+  Tensor y = emb(idx);
   CHECK(y[0].to_vector<float>() == std::vector<float>{3, 3});
   (y * 2.0).sum().backward();
   CHECK(emb.weight.grad()[4].to_vector<float>() == std::vector<float>{0, 0});
@@ -173,7 +167,7 @@ TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eva
   manual_seed(7);
   nn::Dropout drop(0.25);
   Tensor x = ones({100000});
-  Tensor y = drop.forward(x);
+  Tensor y = drop(x);
   auto v = y.to_vector<float>();
   int64_t zeros_count = 0;
   for (float e : v) {
@@ -183,7 +177,7 @@ TEST_CASE("Dropout zeroes about p of the elements in training and nothing in eva
   CHECK(zeros_count > 24000);
   CHECK(zeros_count < 26000);
   drop.eval();
-  CHECK(drop.forward(x).to_vector<float>() == x.to_vector<float>());
+  CHECK(drop(x).to_vector<float>() == x.to_vector<float>());
 }
 
 TEST_CASE("parameterised activation modules match F:: and hand-computed values, with gradients") {
@@ -191,24 +185,24 @@ TEST_CASE("parameterised activation modules match F:: and hand-computed values, 
   Tensor x = tensor({-4.0, -1.0, 0.5, 3.5}, kFloat64);
   auto vals = [](const Tensor& t) { return t.to_vector<double>(); };
   // Softplus(beta=2, threshold=5): x itself where 2x > 5.
-  auto sp = vals(nn::Softplus(2, 5).forward(x));
+  auto sp = vals(nn::Softplus(2, 5)(x));
   CHECK(sp[0] == doctest::Approx(std::log1p(std::exp(-8.0)) / 2));
   CHECK(sp[2] == doctest::Approx(std::log1p(std::exp(1.0)) / 2));
   CHECK(sp[3] == 3.5);
-  CHECK(vals(nn::LeakyReLU(0.2).forward(x)) == std::vector<double>{-0.8, -0.2, 0.5, 3.5});
-  auto elu = vals(nn::ELU(2).forward(x));
+  CHECK(vals(nn::LeakyReLU(0.2)(x)) == std::vector<double>{-0.8, -0.2, 0.5, 3.5});
+  auto elu = vals(nn::ELU(2)(x));
   CHECK(elu[1] == doctest::Approx(2 * (std::exp(-1.0) - 1)));
   CHECK(elu[3] == 3.5);
-  CHECK(vals(nn::Hardtanh(-2, 1).forward(x)) == std::vector<double>{-2, -1, 0.5, 1});
-  auto hs = vals(nn::Hardswish().forward(x));
+  CHECK(vals(nn::Hardtanh(-2, 1)(x)) == std::vector<double>{-2, -1, 0.5, 1});
+  auto hs = vals(nn::Hardswish()(x));
   CHECK(hs[0] == 0.0);
   CHECK(hs[1] == doctest::Approx(-1.0 * 2 / 6));
   CHECK(hs[3] == 3.5);
-  const double t = vals(nn::GELU("tanh").forward(tensor({1.0}, kFloat64)))[0];
+  const double t = vals(nn::GELU("tanh")(tensor({1.0}, kFloat64)))[0];
   CHECK(t == doctest::Approx(0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * 1.044715))).epsilon(1e-12));
-  CHECK(close(nn::GELU("tanh").forward(x), F::gelu(x, "tanh")));
-  CHECK(close(nn::Softplus().forward(x), F::softplus(x)));
-  CHECK(close(nn::Identity().forward(x), x));
+  CHECK(close(nn::GELU("tanh")(x), F::gelu(x, "tanh")));
+  CHECK(close(nn::Softplus()(x), F::softplus(x)));
+  CHECK(close(nn::Identity()(x), x));
   CHECK(nn::GELU("tanh").extra_repr() == "approximate='tanh'");
   CHECK(nn::LeakyReLU(0.2).extra_repr() == "negative_slope=0.2");
   CHECK_THROWS_WITH(nn::GELU("fast"), doctest::Contains("approximate"));
@@ -226,13 +220,13 @@ TEST_CASE("parameterised activation modules match F:: and hand-computed values, 
 TEST_CASE("activations and Flatten") {
   manual_seed(8);
   Tensor x = randn({2, 3, 2}, kFloat64);
-  CHECK(close(nn::ReLU().forward(x), x.relu()));
-  CHECK(close(nn::Tanh().forward(x), x.tanh()));
-  CHECK(close(nn::Sigmoid().forward(x), (-x).exp().add_(1.0).pow(-1.0)));
-  CHECK(close(nn::SiLU().forward(x), x * x.sigmoid()));
-  double g = nn::GELU().forward(tensor({1.0}, kFloat64)).item<double>();
+  CHECK(close(nn::ReLU()(x), x.relu()));
+  CHECK(close(nn::Tanh()(x), x.tanh()));
+  CHECK(close(nn::Sigmoid()(x), (-x).exp().add_(1.0).pow(-1.0)));
+  CHECK(close(nn::SiLU()(x), x * x.sigmoid()));
+  double g = nn::GELU()(tensor({1.0}, kFloat64)).item<double>();
   CHECK(g == doctest::Approx(0.5 * (1 + std::erf(1 / std::sqrt(2.0)))));
-  CHECK(nn::Flatten().forward(x).sizes() == Shape{2, 6});
+  CHECK(nn::Flatten()(x).sizes() == Shape{2, 6});
   nn::GELU gelu;
   check_module_grads(gelu, input({3, 2}));
 }
@@ -251,7 +245,7 @@ TEST_CASE("ConvTranspose2d is the adjoint of Conv2d: its output is conv2d's inpu
   CHECK(close(t, x.grad(), 1e-10));
   nn::ConvTranspose2d layer(4, 6, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}, .groups = 2});
   CHECK(layer.weight.sizes() == Shape{4, 3, 3, 3});
-  CHECK(layer.forward(randn({2, 4, 5, 5})).sizes() == Shape{2, 6, 10, 10});
+  CHECK(layer(randn({2, 4, 5, 5})).sizes() == Shape{2, 6, 10, 10});
   CHECK_THROWS_WITH(nn::functional::conv_transpose2d(g, w, {}, {2, 2}, {1, 1}, {2, 0}),
                     doctest::Contains("output_padding"));
 }
@@ -259,14 +253,14 @@ TEST_CASE("ConvTranspose2d is the adjoint of Conv2d: its output is conv2d's inpu
 TEST_CASE("Upsample nearest and bilinear against hand-computed values") {
   Tensor x = tensor(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
   nn::Upsample near({.scale_factor = {2.0}});
-  CHECK(near.forward(x).to_vector<double>() ==
+  CHECK(near(x).to_vector<double>() ==
         std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
   // align_corners=False: output 4 samples at src = (o + 0.5) / 2 - 0.5 -> 0, 0.25, 0.75, 1 (clamped).
   Tensor row = tensor(std::vector<double>{0, 4}, {1, 1, 1, 2});
   nn::Upsample bil({.size = {1, 4}, .mode = nn::functional::InterpolateMode::bilinear});
-  CHECK(bil.forward(row).to_vector<double>() == std::vector<double>{0, 1, 3, 4});
+  CHECK(bil(row).to_vector<double>() == std::vector<double>{0, 1, 3, 4});
   nn::Upsample corners({.size = {1, 3}, .mode = nn::functional::InterpolateMode::bilinear, .align_corners = true});
-  CHECK(corners.forward(row).to_vector<double>() == std::vector<double>{0, 2, 4});
+  CHECK(corners(row).to_vector<double>() == std::vector<double>{0, 2, 4});
   CHECK_THROWS_WITH(nn::functional::interpolate(x, {3, 3}, {2.0}), doctest::Contains("exactly one of size and scale_factor"));
 }
 
@@ -275,14 +269,14 @@ TEST_CASE("GroupNorm, RMSNorm and Conv2d padding=\"same\" as modules") {
   Tensor x = randn({2, 4, 3}, kFloat64) * 3.0 + 1.0;
   nn::GroupNorm gn(2, 4);
   gn.to(kFloat64);
-  Tensor y = gn.forward(x).reshape({2, 2, 6});
+  Tensor y = gn(x).reshape({2, 2, 6});
   for (double m : y.mean({2}).to_vector<double>()) CHECK(m == doctest::Approx(0.0).epsilon(1e-9));
   for (double s : y.var({2}, 0).to_vector<double>()) CHECK(s == doctest::Approx(1.0).epsilon(1e-4));
   CHECK_THROWS_WITH(nn::GroupNorm(3, 4), doctest::Contains("num_channels=4 must be a positive multiple of num_groups=3"));
   nn::RMSNorm rms({3}, 1e-12);
   rms.to(kFloat64);
-  Tensor r = rms.forward(x);
+  Tensor r = rms(x);
   for (double ms : (r * r).mean({2}).to_vector<double>()) CHECK(ms == doctest::Approx(1.0));
   nn::Conv2d same(4, 5, {4, 4}, {.padding_mode_str = "same"});
-  CHECK(same.forward(randn({1, 4, 7, 6})).sizes() == Shape{1, 5, 7, 6});
+  CHECK(same(randn({1, 4, 7, 6})).sizes() == Shape{1, 5, 7, 6});
 }

@@ -1,5 +1,6 @@
-// Writing models the libtorch way: Sequential from module objects and shared_ptrs, Size2d
-// options (`3` for a square kernel), and custom modules that derive their own type name.
+// Writing models the libtorch way, and the PyTorch way: Sequential from module objects and
+// shared_ptrs, modules called like functions (`c_proj(gelu(c_fc(x)))`, ModulePtr), Size2d options
+// (`3` for a square kernel), and custom modules that derive their own type name.
 #include <doctest/doctest.h>
 
 #include "core/generator.h"
@@ -28,8 +29,8 @@ void check_same_parameters(const nn::Module& a, const nn::Module& b) {
 /// Names itself by its type, with no string of its own.
 struct TinyBlock : nn::Module {
   TinyBlock() { fc = register_module("fc", nn::Linear(3, 3)); }
-  Tensor forward(const Tensor& x) override { return fc->forward(x).relu(); }
-  std::shared_ptr<nn::Linear> fc;
+  Tensor forward(const Tensor& x) override { return fc(x).relu(); }
+  nn::ModulePtr<nn::Linear> fc;
 };
 
 }  // namespace
@@ -48,7 +49,7 @@ TEST_CASE("a Sequential of module objects equals one built from shared_ptrs") {
   check_same_parameters(seq, *old_way);
   CHECK(seq.repr() == old_way->repr());
   Tensor x = randn({5, 4});
-  CHECK(same(seq(x), old_way->forward(x)));
+  CHECK(same(seq(x), (*old_way)(x)));
 }
 
 TEST_CASE("in parentheses the same layers are built, whatever order the compiler picks") {
@@ -59,7 +60,7 @@ TEST_CASE("in parentheses the same layers are built, whatever order the compiler
   CHECK(seq.repr() == old_way->repr());
   old_way->load_state_dict(seq.state_dict());
   Tensor x = randn({5, 4});
-  CHECK(same(seq(x), old_way->forward(x)));
+  CHECK(same(seq(x), (*old_way)(x)));
 }
 
 TEST_CASE("objects and shared_ptrs mix; a shared_ptr layer stays shared") {
@@ -117,4 +118,54 @@ TEST_CASE("a custom module without a name prints its own type") {
   CHECK(nn::Module().type_name() == "Module");
   CHECK(nn::Module("Custom").type_name() == "Custom");
   CHECK_THROWS_WITH(b.register_parameter("fc", zeros({1})), doctest::Contains("TinyBlock.register_parameter"));
+}
+
+namespace {
+
+/// A GPT-style MLP as PyTorch writes it: children called like functions.
+struct Mlp : nn::Module {
+  Mlp() {
+    c_fc = register_module("c_fc", nn::Linear(4, 16));
+    c_proj = register_module("c_proj", nn::Linear(16, 4));
+  }
+  Tensor forward(const Tensor& x) override { return c_proj(gelu(c_fc(x))); }
+  nn::ModulePtr<nn::Linear> c_fc, c_proj;
+};
+
+/// A model factory without make_shared: the Sequential object converts into a ModulePtr.
+nn::ModulePtr<> make_classifier() { return nn::Sequential{nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 2)}; }
+
+}  // namespace
+
+TEST_CASE("a module is called like a function (nn.Module.__call__), through a ModulePtr too") {
+  manual_seed(4);
+  Mlp mlp;
+  Tensor x = randn({3, 4});
+  namespace F = nn::functional;
+  Tensor want = F::linear(gelu(F::linear(x, mlp.c_fc->weight, mlp.c_fc->bias)), mlp.c_proj->weight, mlp.c_proj->bias);
+  CHECK(same(mlp(x), want));
+  CHECK(same(mlp(x), mlp.forward(x)));
+
+  nn::ModulePtr<> model = make_classifier();  // a Sequential, held as a Module
+  CHECK(model->type_name() == "Sequential");
+  CHECK(model(x).sizes() == Shape{3, 2});
+  CHECK(same(model(x), model->forward(x)));
+  nn::ModulePtr<nn::Sequential> seq = nn::Sequential{Mlp(), nn::Tanh()};
+  CHECK(seq->size() == 2);
+  CHECK(names(seq->named_parameters()) ==
+        std::vector<std::string>{"0.c_fc.weight", "0.c_fc.bias", "0.c_proj.weight", "0.c_proj.bias"});
+  CHECK(same(seq(x), tanh((*(*seq)[0])(x))));
+  std::shared_ptr<nn::Module> plain = seq;  // still a shared_ptr: containers and registration take it
+  CHECK(plain.use_count() == 2);
+}
+
+TEST_CASE("modules whose forward takes more arguments are called with them") {
+  manual_seed(5);
+  nn::MultiheadAttention mha(8, 2);
+  Tensor q = randn({1, 3, 8}), kv = randn({1, 5, 8});
+  CHECK(same(mha(q, kv, kv), mha.forward(q, kv, kv)));
+  CHECK(same(mha(q, q, q, {.is_causal = true}), mha.forward(q, q, q, {.is_causal = true})));
+  CHECK(same(mha(q), mha.forward(q)));  // self-attention through Module's one-tensor call
+  nn::ModulePtr<nn::MultiheadAttention> p = nn::MultiheadAttention(8, 2);
+  CHECK(p(q, kv, kv).sizes() == Shape{1, 3, 8});
 }

@@ -9,12 +9,12 @@ namespace {
 
 struct Block : nn::Module {
   Block() : Module("Block") {
-    fc = register_module("fc", std::make_shared<nn::Linear>(4, 3));
-    bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(3));
+    fc = register_module("fc", nn::Linear(4, 3));
+    bn = register_module("bn", nn::BatchNorm1d(3));
   }
-  Tensor forward(const Tensor& x) override { return bn->forward(fc->forward(x)).relu(); }
-  std::shared_ptr<nn::Linear> fc;
-  std::shared_ptr<nn::BatchNorm1d> bn;
+  Tensor forward(const Tensor& x) override { return bn(fc(x)).relu(); }
+  nn::ModulePtr<nn::Linear> fc;
+  nn::ModulePtr<nn::BatchNorm1d> bn;
 };
 
 std::vector<std::string> names(const nn::NamedTensors& v) {
@@ -26,8 +26,7 @@ std::vector<std::string> names(const nn::NamedTensors& v) {
 }  // namespace
 
 TEST_CASE("parameters and buffers have dotted names in registration order") {
-  auto model = std::make_shared<nn::Sequential>(
-      std::initializer_list<std::shared_ptr<nn::Module>>{std::make_shared<Block>(), std::make_shared<nn::Linear>(3, 2)});
+  nn::ModulePtr<nn::Sequential> model = nn::Sequential{Block(), nn::Linear(3, 2)};
   CHECK(names(model->named_parameters()) ==
         std::vector<std::string>{"0.fc.weight", "0.fc.bias", "0.bn.weight", "0.bn.bias", "1.weight", "1.bias"});
   CHECK(names(model->named_buffers()) ==
@@ -60,13 +59,13 @@ TEST_CASE("to(dtype) converts in place, keeping references valid") {
   CHECK(w.dtype() == kFloat64);
   CHECK(lin->weight.dtype() == kFloat64);
   CHECK(w.requires_grad());
-  Tensor y = lin->forward(randn({5, 3}, kFloat64));
+  Tensor y = (*lin)(randn({5, 3}, kFloat64));
   CHECK(y.dtype() == kFloat64);
 }
 
 TEST_CASE("zero_grad clears gradients") {
   auto lin = std::make_shared<nn::Linear>(3, 2);
-  lin->forward(randn({4, 3})).sum().backward();
+  (*lin)(randn({4, 3})).sum().backward();
   CHECK(lin->weight.grad().defined());
   lin->zero_grad(/*set_to_none=*/false);
   for (float v : lin->weight.grad().to_vector<float>()) CHECK(v == 0.0f);

@@ -6,13 +6,13 @@
 #include <cmath>
 
 #include "nn/nn.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
+using kiln::test::max_diff;
 namespace F = kiln::nn::functional;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 /// nn.MultiheadAttention's math with the composite attention and an additive mask [B, H|1, Tq, Tk].
 Tensor reference(nn::MultiheadAttention& m, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
@@ -51,8 +51,8 @@ TEST_CASE("MultiheadAttention forward equals the spelled-out computation (cross-
   nn::init::uniform_(m.in_proj_bias, -0.5, 0.5);
   nn::init::uniform_(m.out_proj->bias, -0.5, 0.5);
   Tensor q = randn({2, 7, 16}), kv = randn({2, 9, 16});
-  CHECK(max_diff(m.forward(q, kv, kv), reference(m, q, kv, kv, Tensor())) < 1e-5);
-  CHECK(m.forward(q).shape() == Shape{2, 7, 16});
+  CHECK(max_diff(m(q, kv, kv), reference(m, q, kv, kv, Tensor())) < 1e-5);
+  CHECK(m(q).shape() == Shape{2, 7, 16});
 }
 
 TEST_CASE("MultiheadAttention masks follow nn.MultiheadAttention's convention") {
@@ -61,22 +61,22 @@ TEST_CASE("MultiheadAttention masks follow nn.MultiheadAttention's convention") 
   Tensor x = randn({2, 5, 8});
   Tensor blocked = ones({5, 5}, kBool).triu(1);  // true = may not attend
   Tensor add = zeros({5, 5}).masked_fill(blocked, -INFINITY);
-  Tensor by_bool = m.forward(x, x, x, {.attn_mask = blocked});
+  Tensor by_bool = m(x, x, x, {.attn_mask = blocked});
   CHECK(max_diff(by_bool, reference(m, x, x, x, add)) < 1e-5);
-  CHECK(max_diff(m.forward(x, x, x, {.is_causal = true}), by_bool) < 1e-5);
-  CHECK(max_diff(m.forward(x, x, x, {.attn_mask = add}), by_bool) < 1e-5);
+  CHECK(max_diff(m(x, x, x, {.is_causal = true}), by_bool) < 1e-5);
+  CHECK(max_diff(m(x, x, x, {.attn_mask = add}), by_bool) < 1e-5);
   // Key padding: batch 1 ignores its last two keys.
   Tensor pad = zeros({2, 5}, kBool);
   pad.slice(0, 1, 2).slice(1, 3, 5).fill_(true);
   Tensor pad_add = zeros({2, 1, 1, 5}).masked_fill(pad.reshape({2, 1, 1, 5}), -INFINITY);
-  CHECK(max_diff(m.forward(x, x, x, {.key_padding_mask = pad}), reference(m, x, x, x, pad_add)) < 1e-5);
-  CHECK(max_diff(m.forward(x, x, x, {.attn_mask = blocked, .key_padding_mask = pad}),
+  CHECK(max_diff(m(x, x, x, {.key_padding_mask = pad}), reference(m, x, x, x, pad_add)) < 1e-5);
+  CHECK(max_diff(m(x, x, x, {.attn_mask = blocked, .key_padding_mask = pad}),
                  reference(m, x, x, x, pad_add + add)) < 1e-5);
   // Per-head masks [B * H, Tq, Tk].
   Tensor per_head = randn({4, 5, 5});
-  CHECK(max_diff(m.forward(x, x, x, {.attn_mask = per_head}), reference(m, x, x, x, per_head.reshape({2, 2, 5, 5}))) <
+  CHECK(max_diff(m(x, x, x, {.attn_mask = per_head}), reference(m, x, x, x, per_head.reshape({2, 2, 5, 5}))) <
         1e-5);
-  CHECK_THROWS_WITH(m.forward(x, x, x, {.attn_mask = ones({4, 5}, kBool)}),
+  CHECK_THROWS_WITH(m(x, x, x, {.attn_mask = ones({4, 5}, kBool)}),
                     doctest::Contains("attn_mask must be [5, 5] or [4, 5, 5], got [4, 5]"));
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("MultiheadAttention gradcheck in f64 (input and every parameter)") {
   Tensor x = randn({2, 3, 4}, kFloat64).requires_grad_();
   std::vector<Tensor> inputs{x};
   for (Tensor p : m.parameters()) inputs.push_back(p);
-  auto r = autograd::gradcheck([&](const std::vector<Tensor>& v) { return m.forward(v[0], v[0], v[0], {.is_causal = true}); },
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& v) { return m(v[0], v[0], v[0], {.is_causal = true}); },
                                inputs);
   CHECK_MESSAGE(r.ok, r.message);
 }
@@ -98,9 +98,9 @@ TEST_CASE("MultiheadAttention applies dropout only in training") {
   nn::MultiheadAttention m(8, 2, 0.5);
   Tensor x = randn({2, 6, 8});
   m.eval();
-  CHECK(max_diff(m.forward(x), m.forward(x)) == 0.0);
+  CHECK(max_diff(m(x), m(x)) == 0.0);
   m.train();
-  CHECK(max_diff(m.forward(x), m.forward(x)) > 1e-3);
+  CHECK(max_diff(m(x), m(x)) > 1e-3);
 }
 
 TEST_CASE("ModuleList and ModuleDict register their modules by index and by key") {
@@ -115,7 +115,7 @@ TEST_CASE("ModuleList and ModuleDict register their modules by index and by key"
   CHECK(sd.count("0.weight") == 1);
   CHECK(sd.count("1.bias") == 1);
   Tensor h = randn({5, 3});
-  for (const auto& l : list) h = l->forward(h);
+  for (const auto& l : list) h = (*l)(h);
   CHECK(h.shape() == Shape{5, 2});
 
   nn::ModuleDict dict{{"attn", std::make_shared<nn::MultiheadAttention>(8, 2)}};
@@ -127,5 +127,5 @@ TEST_CASE("ModuleList and ModuleDict register their modules by index and by key"
   CHECK_THROWS_WITH(dict.insert("proj", nn::Linear(1, 1)), doctest::Contains("key 'proj' is already present"));
   dict.eval();
   CHECK(!dict["attn"]->is_training());
-  CHECK_THROWS(dict.forward(randn({1})));
+  CHECK_THROWS(dict(randn({1})));
 }
