@@ -23,11 +23,11 @@ void agree(ProcessGroup& pg, const nn::Module& model, bool failed, const char* w
 }  // namespace
 
 void save_checkpoint(ProcessGroup& pg, const std::string& path, const nn::Module& model,
-                     const optim::Optimizer* opt, const nn::TrainingState& state) {
+                     const optim::Optimizer* opt, const train::TrainingState& state) {
   std::exception_ptr error;
   if (pg.rank() == 0) {
     try {
-      nn::save_checkpoint(path, model, opt, state);
+      train::save_checkpoint(path, model, opt, state);
     } catch (...) {
       error = std::current_exception();
     }
@@ -36,12 +36,12 @@ void save_checkpoint(ProcessGroup& pg, const std::string& path, const nn::Module
   if (error) std::rethrow_exception(error);
 }
 
-nn::TrainingState load_checkpoint(ProcessGroup& pg, const std::string& path, nn::Module& model,
+train::TrainingState load_checkpoint(ProcessGroup& pg, const std::string& path, nn::Module& model,
                                   optim::Optimizer* opt) {
   std::exception_ptr error;
-  nn::TrainingState state;
+  train::TrainingState state;
   try {
-    state = nn::load_checkpoint(path, model, opt);
+    state = train::load_checkpoint(path, model, opt);
   } catch (...) {
     error = std::current_exception();
   }

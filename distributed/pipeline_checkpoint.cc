@@ -14,8 +14,8 @@
 namespace kiln::dist {
 namespace {
 
-// A module holding tensors under arbitrary dotted names, so that nn::save_checkpoint and
-// nn::load_checkpoint can write and validate a model this process does not have whole.
+// A module holding tensors under arbitrary dotted names, so that train::save_checkpoint and
+// train::load_checkpoint can write and validate a model this process does not have whole.
 class TensorTree final : public nn::Module {
  public:
   TensorTree() : nn::Module("TensorTree") {}
@@ -59,17 +59,17 @@ std::string stage_checkpoint_path(const std::string& path, int stage, int stages
 }
 
 void save_stage_checkpoint(Pipeline& pipe, const std::string& path, const optim::Optimizer* opt,
-                           const nn::TrainingState& state) {
+                           const train::TrainingState& state) {
   std::exception_ptr error;
   try {
-    nn::save_checkpoint(stage_checkpoint_path(path, pipe.stage(), pipe.num_stages()), pipe.stage_module(), opt, state);
+    train::save_checkpoint(stage_checkpoint_path(path, pipe.stage(), pipe.num_stages()), pipe.stage_module(), opt, state);
   } catch (...) {
     error = std::current_exception();
   }
   agree(pipe, error, "save_stage_checkpoint", path);
 }
 
-nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path, optim::Optimizer* opt) {
+train::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path, optim::Optimizer* opt) {
   return load_checkpoint(pipe.process_group(), stage_checkpoint_path(path, pipe.stage(), pipe.num_stages()),
                          pipe.stage_module(), opt);
 }
@@ -77,7 +77,7 @@ nn::TrainingState load_stage_checkpoint(Pipeline& pipe, const std::string& path,
 namespace {
 
 // Each stage writes its part ("model."/"optim." keys as in a checkpoint), stage 0 joins them.
-void save_merged(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+void save_merged(Pipeline& pipe, const std::string& path, const train::TrainingState& state,
                  const CheckpointRename& rename, const optim::StateDict* optim_state, const std::string& optim_name) {
   const std::string model = "model.", optim = "optim.";
   std::exception_ptr error;
@@ -103,8 +103,8 @@ void save_merged(Pipeline& pipe, const std::string& path, const nn::TrainingStat
           if (key.rfind(model, 0) == 0) whole.put(key.substr(model.size()), t);
           else opt[key.substr(optim.size())] = t;
         }
-      if (optim_state) nn::save_checkpoint(path, whole, opt, optim_name, state);
-      else nn::save_checkpoint(path, whole, nullptr, state);
+      if (optim_state) train::save_checkpoint(path, whole, opt, optim_name, state);
+      else train::save_checkpoint(path, whole, nullptr, state);
     } catch (...) {
       error = std::current_exception();
     }
@@ -115,27 +115,27 @@ void save_merged(Pipeline& pipe, const std::string& path, const nn::TrainingStat
 
 }  // namespace
 
-void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const train::TrainingState& state,
                             const CheckpointRename& rename) {
   save_merged(pipe, path, state, rename, nullptr, "");
 }
 
-void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const nn::TrainingState& state,
+void save_merged_checkpoint(Pipeline& pipe, const std::string& path, const train::TrainingState& state,
                             const CheckpointRename& rename, const optim::StateDict& optim_state,
                             const std::string& optim_name) {
   save_merged(pipe, path, state, rename, &optim_state, optim_name);
 }
 
-nn::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path) {
+train::TrainingState load_merged_checkpoint(Pipeline& pipe, const std::string& path) {
   std::exception_ptr error;
-  nn::TrainingState state;
+  train::TrainingState state;
   try {
     // The file's own keys make the tree, so load_checkpoint checks integrity, not the split.
     TensorTree whole;
     const std::string prefix = "model.";
     for (const auto& [key, t] : nn::load_safetensors(path).tensors)
       if (key.rfind(prefix, 0) == 0) whole.put(key.substr(prefix.size()), zeros_like(t));
-    state = nn::load_checkpoint(path, whole, nullptr);
+    state = train::load_checkpoint(path, whole, nullptr);
     nn::StateDict all = whole.state_dict(), local;
     for (const auto& [name, t] : pipe.stage_module().state_dict()) {
       std::string global = pipe.global_name(name);

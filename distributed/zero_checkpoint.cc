@@ -42,13 +42,13 @@ std::string zero_shard_path(const std::string& path, int rank, int world) {
 }
 
 void save_zero_checkpoint(const std::string& path, const nn::Module& model, ZeroRedundancyOptimizer& opt,
-                          const nn::TrainingState& state, ZeroCheckpointKind kind) {
+                          const train::TrainingState& state, ZeroCheckpointKind kind) {
   ProcessGroup& pg = opt.reducer().process_group();
   std::exception_ptr error;
   if (kind == ZeroCheckpointKind::kConsolidated) {
     optim::StateDict sd = opt.consolidated_state_dict();  // a collective: every rank takes part
     if (pg.rank() == 0)
-      error = attempt([&] { nn::save_checkpoint(path, model, sd, opt.inner().name(), state); });
+      error = attempt([&] { train::save_checkpoint(path, model, sd, opt.inner().name(), state); });
     agree(pg, error != nullptr, "save_zero_checkpoint", path);
     if (error) std::rethrow_exception(error);
     return;
@@ -63,17 +63,17 @@ void save_zero_checkpoint(const std::string& path, const nn::Module& model, Zero
   if (error) std::rethrow_exception(error);
   if (pg.rank() == 0)
     error = attempt([&] {
-      nn::TrainingState st = state;
+      train::TrainingState st = state;
       st.extra[kShardsKey] = std::to_string(pg.size());
-      nn::save_checkpoint(path, model, nullptr, st);
+      train::save_checkpoint(path, model, nullptr, st);
     });
   agree(pg, error != nullptr, "save_zero_checkpoint", path);
   if (error) std::rethrow_exception(error);
 }
 
-nn::TrainingState load_zero_checkpoint(const std::string& path, nn::Module& model, ZeroRedundancyOptimizer& opt) {
+train::TrainingState load_zero_checkpoint(const std::string& path, nn::Module& model, ZeroRedundancyOptimizer& opt) {
   ProcessGroup& pg = opt.reducer().process_group();
-  nn::TrainingState st;
+  train::TrainingState st;
   std::exception_ptr error = attempt([&] {
     nn::SafetensorsContents file = nn::load_safetensors(path);
     auto shards = file.metadata.find(std::string("extra.") + kShardsKey);
@@ -103,7 +103,7 @@ nn::TrainingState load_zero_checkpoint(const std::string& path, nn::Module& mode
     else
       opt.load_shard_state_dict(sd);
     try {
-      st = nn::load_checkpoint(path, model, nullptr);
+      st = train::load_checkpoint(path, model, nullptr);
     } catch (...) {
       opt.load_shard_state_dict(backup);
       throw;

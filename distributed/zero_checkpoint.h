@@ -1,5 +1,5 @@
 // Checkpoints of a ZeRO-1 run, in two forms (both collectives: every rank calls them):
-//  - consolidated: one ordinary Kiln checkpoint (nn::save_checkpoint's format) holding the
+//  - consolidated: one ordinary Kiln checkpoint (train::save_checkpoint's format) holding the
 //    optimizer state an unsharded run would have; an unsharded run loads it with
 //    nn/dist::load_checkpoint, and a ZeRO run of any world size loads it here.
 //  - sharded: `path` holds the model and training state, and each rank writes its own shard of
@@ -12,19 +12,19 @@
 #include <string>
 
 #include "distributed/zero.h"
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace kiln::dist {
 
 enum class ZeroCheckpointKind { kConsolidated, kSharded };
 
 void save_zero_checkpoint(const std::string& path, const nn::Module& model, ZeroRedundancyOptimizer& opt,
-                          const nn::TrainingState& state,
+                          const train::TrainingState& state,
                           ZeroCheckpointKind kind = ZeroCheckpointKind::kConsolidated);
 
 /// Loads either form (told apart by the file's metadata) into every rank's model and shard.
 /// Nothing changes on a rank whose files are invalid, and every rank throws then.
-nn::TrainingState load_zero_checkpoint(const std::string& path, nn::Module& model, ZeroRedundancyOptimizer& opt);
+train::TrainingState load_zero_checkpoint(const std::string& path, nn::Module& model, ZeroRedundancyOptimizer& opt);
 
 /// The file rank `rank` of `world` writes its shard to.
 std::string zero_shard_path(const std::string& path, int rank, int world);
