@@ -24,7 +24,7 @@
 // in f32 (and f32 inputs are cast down to the model's dtype).
 //
 // Checkpoints: GradScaler::save_to / load_from put the scaler's state (scale, growth tracker,
-// skipped steps) into nn::TrainingState::extra.
+// skipped steps) into train::TrainingState::extra.
 #pragma once
 
 #include "amp/autocast.h"

@@ -85,7 +85,7 @@ class GradScaler {
   std::map<std::string, double> state_dict() const;
   /// Restores a state_dict: every key present, values valid; nothing changes otherwise.
   void load_state_dict(const std::map<std::string, double>& state);
-  /// The state_dict as checkpoint metadata (nn::TrainingState::extra), under "grad_scaler.<key>",
+  /// The state_dict as checkpoint metadata (train::TrainingState::extra), under "grad_scaler.<key>",
   /// written so that every value reads back exactly.
   void save_to(std::map<std::string, std::string>& extra) const;
   /// Restores what save_to wrote; throws naming the key if it is missing or not a number.

@@ -30,7 +30,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/launch/local_ranks.h"
-#include "examples/models.h"
+#include "models/mlp_cnn.h"
 #include "optim/sgd.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/allocator.h"
@@ -62,9 +62,9 @@ std::shared_ptr<nn::Sequential> make_wide_cnn() {
 }
 
 std::shared_ptr<nn::Sequential> make_bench_model(const std::string& name) {
-  if (name == "wide_mlp") return examples::make_wide_mlp(4096);
+  if (name == "wide_mlp") return models::make_wide_mlp(4096);
   if (name == "wide_cnn") return make_wide_cnn();
-  return examples::make_model(name);
+  return models::make_model(name);
 }
 
 double peak_bytes(Device d) {

@@ -30,11 +30,11 @@
 #include "core/util/cli.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/data_parallel/ddp.h"
 #include "distributed/backend/init.h"
-#include "distributed/launch/local_ranks.h"
+#include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/zero.h"
-#include "examples/models.h"
+#include "distributed/launch/local_ranks.h"
+#include "models/mlp_cnn.h"
 #include "optim/sgd.h"
 #include "bench/host_check.h"
 #include "bench/local_job.h"
@@ -66,7 +66,7 @@ void run(int min_steps, double min_block_ms, int blocks, bool bucket_view, bench
   for (std::string name : {"mlp", "cnn", "wide_mlp"}) {
     manual_seed(0);
     // wide_mlp: 784-2048x3-10, whose 38 MB of gradients make communication matter.
-    auto model = name == "wide_mlp" ? examples::make_wide_mlp(2048) : examples::make_model(name);
+    auto model = name == "wide_mlp" ? models::make_wide_mlp(2048) : models::make_model(name);
     dist::DDPOptions overlap;
     overlap.gradient_as_bucket_view = bucket_view;
     dist::DDPOptions after = overlap;
@@ -75,7 +75,7 @@ void run(int min_steps, double min_block_ms, int blocks, bool bucket_view, bench
     const optim::SGDOptions sgd = optim::SGDOptions(0.01).set_momentum(0.9);
     optim::SGD opt(model->parameters(), sgd);
     manual_seed(0);  // ZeRO's copy of the model starts equal
-    auto zero_model = name == "wide_mlp" ? examples::make_wide_mlp(2048) : examples::make_model(name);
+    auto zero_model = name == "wide_mlp" ? models::make_wide_mlp(2048) : models::make_model(name);
     dist::DistributedDataParallel zero_ddp(zero_model, pg, overlap);
     dist::ZeroRedundancyOptimizer zero(zero_ddp, dist::optimizer_factory<optim::SGD>(sgd));
     Tensor x = randn({128, 1, 28, 28});

@@ -1,7 +1,7 @@
 // CUDA graphs against eager launches on the step where launch overhead dominates: the
 // Fashion-MNIST MLP (784-256-256-10, SGD with momentum) at batch 128. "eager" is the main job's
 // step (zero_grad, forward, cross-entropy, backward, step), "graph" the same step captured once
-// and replayed by examples::GraphedStep, as `mnist --cuda-graph` does, each replay after copying
+// and replayed by train::GraphedStep, as `mnist --cuda-graph` does, each replay after copying
 // the next batch into the static inputs. Batches cycle through a few device-resident ones, so
 // neither side pays for host copies. Median ms per step over blocks; the last line is JSON, which
 // bench/graph_vs_pytorch.py sets beside PyTorch eager and torch.compile(mode="reduce-overhead").
@@ -21,8 +21,8 @@
 #include "core/device_graph.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "examples/graph_step.h"
-#include "examples/models.h"
+#include "train/graph_step.h"
+#include "models/mlp_cnn.h"
 #include "optim/sgd.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/device.h"
@@ -57,7 +57,7 @@ struct Setup {
 Setup make_setup(Device dev, int64_t batch) {
   manual_seed(0);
   Setup s;
-  s.model = examples::make_model("mlp");
+  s.model = models::make_model("mlp");
   s.model->to(dev);
   s.opt = std::make_unique<optim::SGD>(s.model->parameters(), optim::SGDOptions(0.01).set_momentum(0.9));
   for (int i = 0; i < 4; ++i) {
@@ -99,12 +99,12 @@ int main(int argc, char** argv) {
     loss.backward();
     eager.opt->step();
   };
-  const int64_t warmup = examples::GraphedStep::kWarmupSteps + 3;  // the graph's warm-up, capture and a few replays
+  const int64_t warmup = train::GraphedStep::kWarmupSteps + 3;  // the graph's warm-up, capture and a few replays
   for (int64_t i = 0; i < warmup; ++i) eager_step(i);
   const double eager_ms = time_steps(dev, eager_step, steps, blocks);
 
   Setup graphed = make_setup(dev, batch);
-  examples::GraphedStep graph(dev, batch, [&](const Tensor& x, const Tensor& y) {
+  train::GraphedStep graph(dev, batch, [&](const Tensor& x, const Tensor& y) {
     graphed.opt->zero_grad(/*set_to_none=*/false);
     Tensor loss = nn::functional::cross_entropy(graphed.model->forward(x), y);
     loss.backward();

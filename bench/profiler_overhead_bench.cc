@@ -17,7 +17,7 @@
 #include "core/util/cli.h"
 #include "core/allocator.h"
 #include "core/ops.h"
-#include "examples/models.h"
+#include "models/mlp_cnn.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "profiler/key_averages.h"
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   bench::HostCheck host("profiler_overhead_bench", allow_load);
   if (!host.may_report()) return bench::kLoadedExitCode;
-  auto model = examples::make_mlp();
+  auto model = models::make_mlp();
   optim::SGDOptions so(0.01);
   so.momentum = 0.9;
   optim::SGD opt(model->parameters(), so);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/vs_pytorch: the same Fashion-MNIST MLP/CNN as examples/models.h, the
+"""PyTorch side of bench/vs_pytorch: the same Fashion-MNIST MLP/CNN as models/mlp_cnn.h, the
 same data (the IDX files, normalised with the same mean/std), SGD with momentum 0.9, batch 128.
 
 The strongest eager baseline: the whole training set is a preloaded tensor and each batch is an

@@ -11,7 +11,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/data_parallel/ddp.h"
-#include "examples/models.h"
+#include "models/mlp_cnn.h"
 #include "nn/functional.h"
 #include "optim/sgd.h"
 
@@ -26,8 +26,8 @@ double cpu_now_s() {
 }
 
 std::shared_ptr<nn::Module> make(const std::string& name) {
-  return name == "wide_mlp" ? std::shared_ptr<nn::Module>(examples::make_wide_mlp(2048))
-                            : std::shared_ptr<nn::Module>(examples::make_model(name));
+  return name == "wide_mlp" ? std::shared_ptr<nn::Module>(models::make_wide_mlp(2048))
+                            : std::shared_ptr<nn::Module>(models::make_model(name));
 }
 
 }  // namespace

@@ -25,11 +25,11 @@
 #include "core/generator.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
-#include "distributed/data_parallel/ddp.h"
 #include "distributed/backend/init.h"
-#include "distributed/launch/local_ranks.h"
+#include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/zero.h"
-#include "examples/models.h"
+#include "distributed/launch/local_ranks.h"
+#include "models/mlp_cnn.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 
@@ -85,7 +85,7 @@ Measured measure(const std::shared_ptr<dist::ProcessGroup>& pg, CpuMemoryTracker
   const size_t base = tracker.live_bytes();
   tracker.reset_peak();
   manual_seed(0);
-  auto model = examples::make_wide_mlp(2048);
+  auto model = models::make_wide_mlp(2048);
   dist::DistributedDataParallel ddp(model, pg);
   std::unique_ptr<optim::Optimizer> opt = make(ddp);
   Measured m;
@@ -106,7 +106,7 @@ void run(int steps, nlohmann::ordered_json* out) {
     const Measured zero = measure(pg, tracker, steps, [&](dist::DistributedDataParallel& d) {
       return std::make_unique<dist::ZeroRedundancyOptimizer>(d, factory(name));
     }, [](const optim::Optimizer& o) { return static_cast<const dist::ZeroRedundancyOptimizer&>(o).state_bytes(); });
-    const double mb = 1 << 20, params_mb = static_cast<double>(examples::make_wide_mlp(2048)->num_parameters()) * 4 / mb;
+    const double mb = 1 << 20, params_mb = static_cast<double>(models::make_wide_mlp(2048)->num_parameters()) * 4 / mb;
     if (pg->rank() != 0) continue;
     const double zmax = *std::max_element(zero.state_bytes.begin(), zero.state_bytes.end());
     const double zmin = *std::min_element(zero.state_bytes.begin(), zero.state_bytes.end());

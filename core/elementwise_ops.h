@@ -2,7 +2,7 @@
 // their names, the dtype rules, what autograd saves and the derivative are generated, and the
 // scalar formulas the CPU loops and the CUDA kernels both evaluate (nvcc compiles this header for
 // the device too, as core/int_pow.h). Adding a unary op: one KILN_UNARY_OPS row, one formula in
-// unary_fn below, a public entry point (README.md, "Adding an op").
+// unary_fn below, a public entry point (docs/adding_an_op.md).
 #pragma once
 
 #include <cmath>

@@ -19,16 +19,13 @@
 #include "distributed/launch/local_ranks.h"
 #include "distributed/launch/preemption.h"
 
-#include "distributed/data_parallel/checkpoint.h"
 #include "distributed/data_parallel/clip_grad_norm.h"
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/data_parallel/zero.h"
-#include "distributed/data_parallel/zero_checkpoint.h"
 
 #include "distributed/pipeline/pipeline.h"
 #include "distributed/pipeline/pipeline_balance.h"
-#include "distributed/pipeline/pipeline_checkpoint.h"
 #include "distributed/pipeline/pipeline_schedule.h"
 
 #include "distributed/debug/flight_recorder.h"

@@ -1,4 +1,4 @@
-// The README's first program: build a tensor, take a gradient.
+// The first program of docs/api.md: build a tensor, take a gradient.
 #include <iostream>
 
 #include "autograd/autograd.h"

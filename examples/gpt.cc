@@ -7,14 +7,14 @@
 
 #include "core/util/cli.h"
 #include "examples/pipeline_flags.h"
-#include "examples/gpt_trainer.h"
+#include "train/gpt_trainer.h"
 
 using namespace kiln;
 
 namespace {
 
 struct Flags {
-  examples::gpt::TrainConfig c;
+  train::gpt::TrainConfig c;
   std::string device = "cpu";
   int64_t vocab = 256;
   CLI::Option *n_layer = nullptr, *n_head = nullptr, *n_embd = nullptr, *block = nullptr, *vocab_opt = nullptr,
@@ -102,7 +102,7 @@ struct Flags {
   std::string finish() {
     const double dropout = c.gpt.dropout;
     const bool checkpoint_activations = c.gpt.checkpoint_activations;
-    c.gpt = examples::gpt::named_config(c.model, vocab);
+    c.gpt = models::gpt::named_config(c.model, vocab);
     c.gpt.dropout = dropout;
     c.gpt.checkpoint_activations = checkpoint_activations;
     if (n_layer->count()) c.gpt.n_layer = layers;
@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);
   try {
-    examples::gpt::TrainResult r = examples::gpt::train(flags.c, std::cout);
-    if (r.rank == 0) std::cout << examples::gpt::result_json(flags.c, r) << std::endl;
+    train::gpt::TrainResult r = train::gpt::train(flags.c, std::cout);
+    if (r.rank == 0) std::cout << train::gpt::result_json(flags.c, r) << std::endl;
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "gpt: %s\n", e.what());

@@ -11,9 +11,9 @@
 #include "data/dataloader.h"
 #include "data/mnist.h"
 #include "distributed/launch/exit_codes.h"
-#include "examples/models.h"
+#include "models/mlp_cnn.h"
 #include "examples/mnist_flags.h"
-#include "examples/trainer.h"
+#include "train/trainer.h"
 
 using namespace kiln;
 
@@ -47,10 +47,10 @@ int main(int argc, char** argv) {
   flags.declare(app);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);
-  const examples::TrainConfig& config = flags.c;
+  const train::TrainConfig& config = flags.c;
   try {
-    examples::TrainResult r = examples::train(config, std::cout);
-    if (r.rank == 0) std::cout << examples::result_json(config, r) << std::endl;
+    train::TrainResult r = train::train(config, std::cout);
+    if (r.rank == 0) std::cout << train::result_json(config, r) << std::endl;
     return r.preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "mnist: %s\n", e.what());

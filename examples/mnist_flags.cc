@@ -2,8 +2,8 @@
 #include "examples/mnist_flags.h"
 
 #include "core/matmul_precision.h"
-#include "examples/graph_step.h"
-#include "examples/models.h"
+#include "train/graph_step.h"
+#include "models/mlp_cnn.h"
 #include "examples/pipeline_flags.h"
 
 namespace kiln::examples {
@@ -98,7 +98,7 @@ std::string MnistFlags::finish() {
   if (c.amp == "none" && c.amp_mode == "o2")
     return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
   if (std::string problem = check_pipeline(); !problem.empty()) return problem;
-  if (std::string problem = cuda_graph_problem(c); !problem.empty()) return problem;
+  if (std::string problem = train::cuda_graph_problem(c); !problem.empty()) return problem;
   if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
   c.profile_wait = profile_steps[0];
   c.profile_warmup = profile_steps[1];
@@ -113,7 +113,7 @@ std::string MnistFlags::check_pipeline() const {
     for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance, virtual_stages})
       if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
   if (p == 1) return {};
-  const int64_t layers = static_cast<int64_t>(make_model(c.model)->size());
+  const int64_t layers = static_cast<int64_t>(models::make_model(c.model)->size());
   if (std::string problem = pipeline_split_problem(c.pipeline_schedule, p, m, c.virtual_stages, layers, c.model);
       !problem.empty())
     return problem;

@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "core/util/cli.h"
-#include "examples/trainer.h"
+#include "train/trainer.h"
 
 namespace kiln::examples {
 
 /// Every flag of the main job, declared once: name, destination, help, range or choices.
 struct MnistFlags {
-  TrainConfig c;
+  train::TrainConfig c;
   std::string device, matmul_precision = "highest";
   std::vector<int64_t> profile_steps{5, 2, 5};  // --profile-steps wait,warmup,active
   CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr,

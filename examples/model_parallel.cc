@@ -2,7 +2,7 @@
 // first, fully connected layers on the second), trained for a few steps on Fashion-MNIST.
 //   tools/bazel run //examples:model_parallel -- --steps 50 --save mp.safetensors --save-every 10
 // SIGTERM/SIGINT: finishes the step, saves to --save and exits 75; --resume continues exactly.
-#include "examples/model_parallel.h"
+#include "train/model_parallel.h"
 
 #include <cstdio>
 #include <iostream>
@@ -11,17 +11,17 @@
 #include "core/util/cli.h"
 #include "core/parallel.h"
 #include "data/dataloader.h"
-#include "examples/models.h"
-#include "examples/run_monitor.h"
-#include "examples/train_parts.h"
-#include "nn/checkpoint.h"
+#include "models/mlp_cnn.h"
+#include "train/run_monitor.h"
+#include "train/train_parts.h"
+#include "train/checkpoint.h"
 #include "profiler/memory.h"
 
 using namespace kiln;
 
 int main(int argc, char** argv) {
   cli::App app("Trains the main job's CNN split over two devices of one process (model parallel).", "model_parallel");
-  examples::TrainConfig c;
+  train::TrainConfig c;
   c.model = "cnn";
   c.limit_train = 2048;
   int64_t steps = 30;
@@ -58,19 +58,19 @@ int main(int argc, char** argv) {
   try {
     profiler::track_memory();
     if (c.threads > 0) set_num_threads(c.threads);
-    examples::Datasets sets = examples::load_datasets(c);
-    examples::DevicePair dev = examples::model_parallel_devices();
+    train::Datasets sets = train::load_datasets(c);
+    train::DevicePair dev = train::model_parallel_devices();
     std::cout << "model parallel: " << dev.note << "\n";
     manual_seed(static_cast<uint64_t>(c.seed));
     // The whole CNN stays reachable (its layers are the split model's), so it is what is saved.
-    auto cnn = examples::make_cnn();
-    examples::SplitModel model(*cnn, examples::kCnnSplit, dev.first, dev.second);
-    auto opt = examples::make_optimizer(c, model.parameters());
+    auto cnn = models::make_cnn();
+    train::SplitModel model(*cnn, train::kCnnSplit, dev.first, dev.second);
+    auto opt = train::make_optimizer(c, model.parameters());
     data::DataLoader loader(sets.train,
                             {.batch_size = c.batch_size, .shuffle = true, .seed = static_cast<uint64_t>(c.seed)});
-    nn::TrainingState state;
+    train::TrainingState state;
     if (!c.resume.empty()) {
-      state = nn::load_checkpoint(c.resume, *cnn, opt.get());
+      state = train::load_checkpoint(c.resume, *cnn, opt.get());
       std::cout << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
                                state.step);
     }
@@ -78,11 +78,11 @@ int main(int argc, char** argv) {
       state.epoch = epoch;
       state.batch = batch;
       state.rng = default_generator().state();
-      nn::save_checkpoint(c.save, *cnn, opt.get(), state);
+      train::save_checkpoint(c.save, *cnn, opt.get(), state);
     };
-    examples::StepCheckpoints checkpoints(c, nullptr);  // --save-every and SIGTERM/SIGINT
-    const double flops = examples::forward_flops([&] { model.forward(sets.train->get_batch({0}).data); });
-    examples::RunMonitor monitor(examples::monitor_config(c), 0, flops, dev.first.is_cuda() || dev.second.is_cuda(),
+    train::StepCheckpoints checkpoints(c, nullptr);  // --save-every and SIGTERM/SIGINT
+    const double flops = train::forward_flops([&] { model.forward(sets.train->get_batch({0}).data); });
+    train::RunMonitor monitor(train::monitor_config(c), 0, flops, dev.first.is_cuda() || dev.second.is_cuda(),
                                  std::cout);
     profiler::reset_peak(dev.second.type);
     double loss = 0;
@@ -103,25 +103,25 @@ int main(int argc, char** argv) {
           profiler::RecordFunction range("forward");
           l = nn::functional::cross_entropy(model.forward(b.data), b.target.to(dev.second));
         }
-        monitor.mark(examples::Phase::kForward);
+        monitor.mark(train::Phase::kForward);
         {
           profiler::RecordFunction range("backward");
           opt->zero_grad();
           l.backward();  // the gradient crosses back from the second device to the first
         }
-        monitor.mark(examples::Phase::kBackward);
-        const double gnorm = monitor.logs_this_step() ? examples::grad_norm(model.parameters()) : -1;
+        monitor.mark(train::Phase::kBackward);
+        const double gnorm = monitor.logs_this_step() ? train::grad_norm(model.parameters()) : -1;
         {
           profiler::RecordFunction range("optimizer");
           opt->step();
         }
-        monitor.mark(examples::Phase::kOptimizer);
+        monitor.mark(train::Phase::kOptimizer);
         loss = l.item<double>();
         ++batch_no;
         if (++step % c.log_every == 0)
           std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss) << std::flush;
         monitor.step_end(b.target.size(0), loss, c.lr, gnorm, 1.0);
-        const examples::StepCheckpoints::Action act = checkpoints.after_step(step, step);
+        const train::StepCheckpoints::Action act = checkpoints.after_step(step, step);
         if (act.save || (step == steps && !c.save.empty())) save(epoch, batch_no);
         if ((preempted = act.stop)) {
           std::cout << "preempted: stopped after step " << step << "\n";

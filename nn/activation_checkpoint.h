@@ -1,6 +1,6 @@
 // Activation checkpointing, as torch.utils.checkpoint.checkpoint: run a piece of the model
 // without keeping its intermediate activations, and recompute them during backward. (Saving a
-// model to disk is nn/checkpoint.h; this file is about memory.)
+// model to disk is train/checkpoint.h; this file is about memory.)
 #pragma once
 
 #include <functional>

@@ -1,11 +1,10 @@
-// Umbrella header for models: tensors and autograd, layers, losses, init, checkpoints.
+// Umbrella header for models: tensors and autograd, layers, losses, init (training checkpoints: train/checkpoint.h).
 #pragma once
 
 #include "autograd/autograd.h"
 #include "nn/activation.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/attention.h"
-#include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
 #include "nn/init.h"

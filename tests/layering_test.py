@@ -41,16 +41,7 @@ CUDA_HEADER = re.compile(
 
 # Violations that exist today and are fixed by a move already agreed on (DESIGN.md). The test fails
 # on any violation not listed here, and on any listed one that is gone (so the list only shrinks).
-KNOWN_VIOLATIONS = {
-    # moves to train/ and models/ in the library issue
-    ("bench/amp_bench.cc", "examples/models.h"),
-    ("bench/ddp_bench.cc", "examples/models.h"),
-    ("bench/graph_bench.cc", "examples/graph_step.h"),
-    ("bench/graph_bench.cc", "examples/models.h"),
-    ("bench/profiler_overhead_bench.cc", "examples/models.h"),
-    ("bench/step_profile.cc", "examples/models.h"),
-    ("bench/zero_bench.cc", "examples/models.h"),
-}
+KNOWN_VIOLATIONS = set()
 
 SOURCE = re.compile(r".*\.(h|hpp|cc|cpp|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

@@ -12,6 +12,7 @@ targets that depend on it link nothing CUDA.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_PATH", "HAS_CUDA")
+load("//:kiln.bzl", "kiln_cc_library")
 
 def _gencode_flags(archs):
     flags = []
@@ -79,7 +80,7 @@ def cuda_library(name, cu_srcs = [], cu_hdrs = [], srcs = [], hdrs = [], deps = 
     targets that only include them still build).
     """
     if not HAS_CUDA:
-        native.cc_library(name = name, hdrs = hdrs, **kwargs)
+        kiln_cc_library(name = name, hdrs = hdrs, **kwargs)
         return
     objs = []
     if cu_srcs:
@@ -91,7 +92,7 @@ def cuda_library(name, cu_srcs = [], cu_hdrs = [], srcs = [], hdrs = [], deps = 
             visibility = ["//visibility:private"],
         )
         objs = [":" + name + "_cu_objects"]
-    native.cc_library(
+    kiln_cc_library(
         name = name,
         srcs = srcs + objs,
         hdrs = hdrs,

@@ -11,6 +11,7 @@
 #include "optim/optim.h"
 #include "tests/file_util.h"
 #include "tests/testing/compare.h"
+#include "train/checkpoint.h"
 
 using namespace kiln;
 using test::contains;
@@ -207,11 +208,11 @@ TEST_CASE("the scaler's state survives a checkpoint exactly, and a bad one is re
   REQUIRE(scaler.growth_tracker() == 2);
 
   nn::Sequential model({std::make_shared<nn::Linear>(2, 2)});
-  nn::TrainingState st;
+  train::TrainingState st;
   scaler.save_to(st.extra);
   const std::string path = test::scratch_dir("grad_scaler") + "/ckpt.safetensors";
-  nn::save_checkpoint(path, model, nullptr, st);
-  nn::TrainingState back = nn::load_checkpoint(path, model, nullptr);
+  train::save_checkpoint(path, model, nullptr, st);
+  train::TrainingState back = train::load_checkpoint(path, model, nullptr);
 
   amp::GradScaler restored;
   restored.load_from(back.extra);

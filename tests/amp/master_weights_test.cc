@@ -11,6 +11,7 @@
 #include "optim/optim.h"
 #include "tests/file_util.h"
 #include "tests/testing/compare.h"
+#include "train/checkpoint.h"
 
 using namespace kiln;
 using test::contains;
@@ -97,11 +98,11 @@ TEST_CASE("master copies go through state_dict and checkpoints exactly") {
   CHECK(sd.at("state.0.momentum_buffer").dtype() == kFloat32);
 
   const std::string path = test::scratch_dir("master_weights") + "/o2.safetensors";
-  nn::save_checkpoint(path, *model, &opt, {});
+  train::save_checkpoint(path, *model, &opt, {});
   auto model2 = make();
   optim::SGD opt2(model2->parameters(), optim::SGDOptions(1e-3).set_momentum(0.9));
   opt2.set_master_weights();
-  nn::load_checkpoint(path, *model2, &opt2);
+  train::load_checkpoint(path, *model2, &opt2);
   for (int64_t i = 0; i < opt.num_params(); ++i) {
     CAPTURE(i);
     CHECK(test::identical(opt2.master(i), opt.master(i)));

@@ -7,12 +7,13 @@
 #include <doctest/doctest.h>
 
 #include "amp/amp.h"
-#include "examples/gpt_model.h"
-#include "examples/gpt_trainer.h"
+#include "models/gpt_model.h"
+#include "train/gpt_trainer.h"
 #include "tests/cuda/gpu_test_util.h"
 
 using namespace kiln;
-using namespace kiln::examples::gpt;
+using namespace kiln::models::gpt;
+using namespace kiln::train::gpt;
 
 namespace {
 

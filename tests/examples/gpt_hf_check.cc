@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/ops.h"
-#include "examples/gpt_hf.h"
+#include "models/gpt_hf.h"
 
 using namespace kiln;
-using namespace kiln::examples::gpt;
+using namespace kiln::models::gpt;
 
 int main(int argc, char** argv) {
   if (argc != 3) {

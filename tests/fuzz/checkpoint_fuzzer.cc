@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 #include "tests/fuzz/checkpoint_model.h"
 #include "tests/fuzz/fuzz_file.h"
 
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto model_before = snapshot(model.state_dict());
   const auto opt_before = snapshot(opt.state_dict());
   try {
-    nn::load_checkpoint(path, model, &opt, &rng);
+    train::load_checkpoint(path, model, &opt, &rng);
   } catch (const Error&) {
     if (!same(model.state_dict(), model_before) || !same(opt.state_dict(), opt_before)) std::abort();
     if (rng.state().seed != 7 || rng.state().offset != 0) std::abort();

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 #include "tests/fuzz/checkpoint_model.h"
 
 int main(int argc, char** argv) {
@@ -17,12 +17,12 @@ int main(int argc, char** argv) {
   fuzz::Tiny model;
   optim::Adam opt(model.parameters(), 0.1);
   fuzz::train_step(model, opt);
-  nn::TrainingState st;
+  train::TrainingState st;
   st.step = 12;
   st.epoch = 3;
   st.rng = {42, 7};
   st.extra = {{"run", "seed"}};
-  nn::save_checkpoint(dir + "/tiny_adam", model, &opt, st);
-  nn::save_checkpoint(dir + "/tiny_no_optimizer", model, nullptr, st);
+  train::save_checkpoint(dir + "/tiny_adam", model, &opt, st);
+  train::save_checkpoint(dir + "/tiny_no_optimizer", model, nullptr, st);
   return 0;
 }

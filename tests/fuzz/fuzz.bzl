@@ -6,11 +6,11 @@ tsan) the binary links replay_main.cc instead and the test feeds it every corpus
 seeds and every crash ever found stay regression cases of the plain `tools/bazel test //...`.
 """
 
-load("@rules_cc//cc:defs.bzl", "cc_binary")
+load("//:kiln.bzl", "kiln_cc_binary")
 
 def kiln_fuzz_test(name, srcs, deps):
     """`name`: the target's stem; its corpus lives in corpus/<name>/."""
-    cc_binary(
+    kiln_cc_binary(
         name = name + "_fuzzer",
         testonly = 1,
         srcs = srcs,

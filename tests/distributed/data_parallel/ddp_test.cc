@@ -11,7 +11,7 @@
 #include "autograd/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/data_parallel/checkpoint.h"
+#include "train/distributed_checkpoint.h"
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/backend/init.h"
 #include "distributed/data_parallel/scaler_sync.h"
@@ -296,7 +296,7 @@ TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on 
     auto model = make_model();
     dist::DistributedDataParallel ddp(model, pg);  // rank 0's weights everywhere
     optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-    nn::TrainingState state;
+    train::TrainingState state;
     state.step = 7;
     const std::string path = dir + "/ckpt.safetensors";
     dist::save_checkpoint(*pg, path, *model, &opt, state);
@@ -306,7 +306,7 @@ TEST_CASE("checkpoints under DDP: rank 0 writes, every rank loads, a failure on 
     manual_seed(99 + rank);
     auto fresh = make_model();
     optim::SGD fresh_opt(fresh->parameters(), optim::SGDOptions(0.1).set_momentum(0.9));
-    nn::TrainingState loaded = dist::load_checkpoint(*pg, path, *fresh, &fresh_opt);
+    train::TrainingState loaded = dist::load_checkpoint(*pg, path, *fresh, &fresh_opt);
     expect(loaded.step == 7, "rank {} loaded step {}", rank, loaded.step);
     expect_params_close(*fresh, *model, 0);
 

@@ -12,12 +12,12 @@
 #include "autograd/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "distributed/data_parallel/checkpoint.h"
+#include "train/distributed_checkpoint.h"
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/backend/init.h"
 #include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/data_parallel/zero.h"
-#include "distributed/data_parallel/zero_checkpoint.h"
+#include "train/zero_checkpoint.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
@@ -192,7 +192,7 @@ TEST_CASE("ZeRO-1 checkpoints: consolidated and sharded, into ZeRO and unsharded
     expect(msg.find("ZeroRedundancyOptimizer(Adam).state_dict: this rank holds only its shard") != std::string::npos,
            "got: {}", msg);
 
-    nn::TrainingState st;
+    train::TrainingState st;
     st.step = 2;
     dist::save_zero_checkpoint(cons, *z, zero, st, dist::ZeroCheckpointKind::kConsolidated);
     dist::save_zero_checkpoint(shard, *z, zero, st, dist::ZeroCheckpointKind::kSharded);
@@ -220,7 +220,7 @@ TEST_CASE("ZeRO-1 checkpoints: consolidated and sharded, into ZeRO and unsharded
     });
     resume("sharded -> ZeRO", [&](nn::Module& m, dist::DistributedDataParallel& ddp) {
       dist::ZeroRedundancyOptimizer opt(ddp, adam());
-      nn::TrainingState got = dist::load_zero_checkpoint(shard, m, opt);
+      train::TrainingState got = dist::load_zero_checkpoint(shard, m, opt);
       expect(got.step == 2 && got.extra.empty(), "step {} / {} extra keys restored", got.step, got.extra.size());
       train(ddp, opt, 2, rank, world);
     });

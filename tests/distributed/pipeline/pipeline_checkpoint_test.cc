@@ -9,7 +9,7 @@
 #include "autograd/autograd.h"
 #include "distributed/backend/init.h"
 #include "distributed/pipeline/pipeline.h"
-#include "distributed/pipeline/pipeline_checkpoint.h"
+#include "train/pipeline_checkpoint.h"
 #include "optim/optim.h"
 #include "tests/distributed/pipeline/pipeline_helpers.h"
 
@@ -48,13 +48,13 @@ TEST_CASE("each stage saves and restores its part; resumed training continues id
     dist::Pipeline pipe(test::pipeline_mlp(3), pg, o);
     optim::SGD opt(pipe.parameters(), sgd);
     for (int step = 0; step < 2; ++step) train(pipe, opt, step);
-    nn::TrainingState state;
+    train::TrainingState state;
     state.step = 2;
     dist::save_stage_checkpoint(pipe, dir + "/ckpt.safetensors", &opt, state);
 
     dist::Pipeline resumed(test::pipeline_mlp(99), pg, o);
     optim::SGD resumed_opt(resumed.parameters(), sgd);
-    nn::TrainingState loaded = dist::load_stage_checkpoint(resumed, dir + "/ckpt.safetensors", &resumed_opt);
+    train::TrainingState loaded = dist::load_stage_checkpoint(resumed, dir + "/ckpt.safetensors", &resumed_opt);
     expect(loaded.step == 2, "loaded step {}", loaded.step);
     train(pipe, opt, 2);  // momentum must have come back too: the next step matches
     train(resumed, resumed_opt, 2);
@@ -79,14 +79,14 @@ TEST_CASE("a merged checkpoint has the unsplit model's keys and loads into any s
     pipe.train_step(b.x, b.y, ce);
     opt.step();
     const std::string path = dir + "/merged.safetensors";
-    nn::TrainingState state;
+    train::TrainingState state;
     state.step = 5;
     dist::save_merged_checkpoint(pipe, path, state);
     expect(!std::filesystem::exists(path + ".part0"), "the parts were left behind");
 
     // The unsplit model loads it (strict: exactly its keys) and equals every stage.
     auto whole = test::pipeline_mlp(42);
-    nn::TrainingState loaded = nn::load_checkpoint(path, *whole, nullptr);
+    train::TrainingState loaded = train::load_checkpoint(path, *whole, nullptr);
     expect(loaded.step == 5, "merged step {}", loaded.step);
     test::expect_stage_matches(pipe, *whole, 0, "merged into the unsplit model");
 
@@ -126,10 +126,10 @@ TEST_CASE("a merged checkpoint with optimizer state loads into the unsplit model
     for (const auto& [key, t] : opt.state_dict())
       if (key.rfind("param_groups.0.", 0) == 0 && key != "param_groups.0.params") part[key] = t;
     const std::string path = dir + "/merged.safetensors";
-    dist::save_merged_checkpoint(pipe, path, nn::TrainingState{}, nullptr, part, opt.name());
+    dist::save_merged_checkpoint(pipe, path, train::TrainingState{}, nullptr, part, opt.name());
 
     optim::SGD whole_opt(whole->parameters(), momentum_sgd());
-    nn::load_checkpoint(path, *whole, &whole_opt);  // throws unless every parameter's state is there
+    train::load_checkpoint(path, *whole, &whole_opt);  // throws unless every parameter's state is there
     test::expect_stage_matches(pipe, *whole, 0, "merged weights");
     const auto local = pipe.parameters();
     for (size_t j = 0; j < local.size(); ++j) {

@@ -10,7 +10,7 @@
 #include "autograd/autograd.h"
 #include "distributed/backend/init.h"
 #include "distributed/pipeline/pipeline.h"
-#include "distributed/pipeline/pipeline_checkpoint.h"
+#include "train/pipeline_checkpoint.h"
 #include "optim/optim.h"
 #include "tests/distributed/pipeline/pipeline_helpers.h"
 
@@ -151,14 +151,14 @@ TEST_CASE("interleaved: a merged checkpoint holds the unsplit model's names and 
     opt.zero_grad();
     pipe.train_step(pipe.is_first() ? batch.x : Tensor(), pipe.is_last() ? batch.y : Tensor(), ce);
     opt.step();
-    dist::save_merged_checkpoint(pipe, path, nn::TrainingState{});
+    dist::save_merged_checkpoint(pipe, path, train::TrainingState{});
     pg->barrier()->wait();
     dist::PipelineOptions plain;
     plain.micro_batches = 2;
     dist::Pipeline other(test::pipeline_mlp(99), pg, plain);
     dist::load_merged_checkpoint(other, path);
     auto unsplit = test::pipeline_mlp(99);
-    nn::load_checkpoint(path, *unsplit, nullptr);
+    train::load_checkpoint(path, *unsplit, nullptr);
     test::expect_stage_matches(other, *unsplit, 0, "merged from interleaved into 1f1b");
     test::expect_stage_matches(pipe, *unsplit, 0, "interleaved against its merged file");
     pg->barrier()->wait();

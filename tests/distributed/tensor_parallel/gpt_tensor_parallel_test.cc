@@ -10,7 +10,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "distributed/backend/init.h"
-#include "examples/gpt_tensor_parallel.h"
+#include "models/gpt_tensor_parallel.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
 
@@ -18,9 +18,9 @@ namespace kiln {
 namespace {
 
 using test::expect;
-using examples::gpt::GPT;
-using examples::gpt::GPTConfig;
-using examples::gpt::TensorParallelGPT;
+using models::gpt::GPT;
+using models::gpt::GPTConfig;
+using models::gpt::TensorParallelGPT;
 
 GPTConfig tiny() {
   GPTConfig c;
@@ -109,14 +109,14 @@ TEST_CASE("GPT layouts that cannot split over the tensor-parallel size name the 
   GPTConfig c = tiny();
   c.n_head = 6;
   c.n_embd = 48;
-  CHECK_THROWS_WITH(examples::gpt::check_tensor_parallel(c, 4),
+  CHECK_THROWS_WITH(models::gpt::check_tensor_parallel(c, 4),
                     doctest::Contains("GPT tensor parallel: n_head 6 does not divide by the tensor-parallel size 4"));
   c = tiny();
   c.vocab_size = 65;
-  CHECK_THROWS_WITH(examples::gpt::check_tensor_parallel(c, 2),
+  CHECK_THROWS_WITH(models::gpt::check_tensor_parallel(c, 2),
                     doctest::Contains("GPT tensor parallel: vocab_size 65 does not divide by the tensor-parallel "
                                       "size 2 (pad the vocabulary, e.g. --vocab-size 66)"));
-  CHECK_NOTHROW(examples::gpt::check_tensor_parallel(tiny(), 4));
+  CHECK_NOTHROW(models::gpt::check_tensor_parallel(tiny(), 4));
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+"""Kiln's C++ rules: cc_library/cc_binary/cc_test with the flags Kiln's code needs.
+
+The flags travel with the targets, not with a .bazelrc, so a workspace that depends on Kiln
+(tests/consumer) compiles Kiln exactly as Kiln's own build does:
+  - C++20 (Kiln's headers use designated initialisers, among others);
+  - x86-64-v3 (AVX2, FMA, F16C): the `#if __AVX2__`/`__F16C__` kernel paths (GEMM packing,
+    f16/bf16 conversion, elementwise loops) compile in; without it a build silently takes the
+    scalar paths. `--define=kiln_march=native` tunes for the building CPU instead
+    (`--config=native` in Kiln's .bazelrc).
+A consumer's own targets that include Kiln's headers use these macros too (they need C++20):
+    load("@kiln//:kiln.bzl", "kiln_cc_binary")
+The optimisation level stays the caller's (`-c opt`; Kiln's .bazelrc adds -O3).
+"""
+
+load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
+
+def kiln_copts():
+    """The compiler flags every Kiln translation unit is built with."""
+    return ["-std=c++20"] + select({
+        str(Label("//:march_native")): ["-march=native"],
+        "//conditions:default": ["-march=x86-64-v3"],
+    })
+
+def kiln_cc_library(name, copts = [], **kwargs):
+    """cc_library with kiln_copts(). Kernel libraries pass alwayslink = 1 (see core/BUILD)."""
+    cc_library(name = name, copts = kiln_copts() + copts, **kwargs)
+
+def kiln_cc_binary(name, copts = [], **kwargs):
+    """cc_binary with kiln_copts()."""
+    cc_binary(name = name, copts = kiln_copts() + copts, **kwargs)
+
+def kiln_cc_test(name, copts = [], **kwargs):
+    """cc_test with kiln_copts()."""
+    cc_test(name = name, copts = kiln_copts() + copts, **kwargs)

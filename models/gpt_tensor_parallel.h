@@ -1,0 +1,45 @@
+// The GPT split over a tensor-parallel group, as Megatron-LM splits GPT-2: each block's attention
+// heads (q, k, v rows of c_attn by head; c_proj by input) and MLP hidden features (c_fc by
+// output, c_proj by input) divided among the ranks, the vocabulary divided for the embedding,
+// the tied LM head and the loss (vocab_parallel_cross_entropy: the full logits are never
+// gathered). Position table and LayerNorms are replicated. Built from a whole GPT, so a TP run
+// starts from the weights one process would; parameter names are the GPT's, each holding this
+// rank's shard. Two all-reduces forward and two backward per block, as in Megatron; with
+// `sequence_parallel` each becomes a reduce-scatter / all-gather pair and the LayerNorms and
+// residual stream hold 1/T of the sequence (their replicated weights' gradients summed).
+#pragma once
+
+#include <memory>
+
+#include "distributed/tensor_parallel/layers.h"
+#include "models/gpt_model.h"
+#include "nn/nn.h"
+
+namespace kiln::models::gpt {
+
+class TensorParallelGPT : public nn::Module {
+ public:
+  /// Throws naming the numbers unless n_head, 4 n_embd and vocab_size divide by the group's size.
+  TensorParallelGPT(const GPT& whole, dist::tp::GroupPtr group, bool sequence_parallel = false);
+  /// Token ids [B, T] -> this rank's columns of the logits, [B, T, vocab_size / group size].
+  Tensor forward(const Tensor& idx) override;
+  /// Mean next-token cross-entropy of the split logits against targets [B, T]; the same on every
+  /// rank, and equal to GPT::loss of the gathered logits.
+  Tensor loss(const Tensor& local_logits, const Tensor& targets) const;
+
+  const GPTConfig config;
+  std::shared_ptr<dist::tp::VocabParallelEmbedding> wte;  // also the LM head's rows
+  std::shared_ptr<nn::Embedding> wpe;
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::Sequential> h;
+  std::shared_ptr<nn::LayerNorm> ln_f;
+
+ private:
+  dist::tp::GroupPtr group_;
+  bool sequence_parallel_;
+};
+
+/// Checks that `c` splits over `tp_size` ranks; throws naming the field, its value and the size.
+void check_tensor_parallel(const GPTConfig& c, int tp_size);
+
+}  // namespace kiln::models::gpt

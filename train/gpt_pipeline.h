@@ -1,0 +1,97 @@
+// The GPT under pipeline parallelism (--pipeline-stages P --micro-batches M --pipeline-schedule S,
+// one rank per stage under //distributed/launch). The model becomes a list of layers for
+// dist::Pipeline: [embedding (wte + wpe, dropout), block 0, ..., block L-1, head (ln_f and the LM
+// head)]. The LM head is tied to wte; with the embedding on the first stage and the head on the
+// last, the tie is kept as Megatron-LM keeps it: the head holds its own copy of the matrix (equal
+// to wte at the start), after each backward the first and last stage all-reduce (sum) the two
+// copies' gradients, so each gets the gradient the one tied matrix gets in one process, and the
+// same optimizer update keeps the copies identical. The global gradient norm counts the matrix
+// once, and checkpoints keep one key ("wte.weight": the head's copy is left out).
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "distributed/pipeline/pipeline.h"
+#include "models/gpt_model.h"
+#include "train/gpt_trainer.h"
+
+namespace kiln::train::gpt {
+
+/// Token ids [B, T] -> drop(wte(ids) + wpe(positions)) [B, T, C], with the GPT's own modules.
+class Embed : public nn::Module {
+ public:
+  explicit Embed(const GPT& model);
+  Tensor forward(const Tensor& idx) override;
+  std::shared_ptr<nn::Embedding> wte, wpe;
+  std::shared_ptr<nn::Dropout> drop;
+  int64_t block_size;
+};
+
+/// [B, T, C] -> logits [B, T, V]: the GPT's ln_f, then the LM head with its own copy of wte.
+class Head : public nn::Module {
+ public:
+  explicit Head(const GPT& model);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::LayerNorm> ln_f;
+  Tensor weight;  // the tied copy
+};
+
+/// A block run under nn::checkpoint (--activation-checkpointing): its activations are recomputed
+/// in backward, as GPT::forward does with checkpoint_activations. It holds the block's children
+/// under their own names, so its parameters keep the block's names.
+class CheckpointedBlock : public nn::Module {
+ public:
+  explicit CheckpointedBlock(std::shared_ptr<nn::Module> block);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<nn::Module> block_;
+};
+
+/// The layers of `model` in order, sharing its modules (the head's weight is a copy of wte's);
+/// the blocks are CheckpointedBlocks when model.config.checkpoint_activations.
+std::shared_ptr<nn::Sequential> gpt_layers(const GPT& model);
+
+/// The unsplit GPT's name of a pipeline (layer-index) name: "0.wte.weight" -> "wte.weight",
+/// "3.attn.c_attn.bias" -> "h.2.attn.c_attn.bias", "<L+1>.ln_f.weight" -> "ln_f.weight"; the
+/// head's copy "<L+1>.weight" -> "" (the merged checkpoint keeps wte's).
+std::string gpt_name(const std::string& global, int64_t n_layer);
+
+/// The tie between the first stage's wte and the last stage's head copy.
+class TiedHead {
+ public:
+  /// A collective over the default group (it makes each replica's first/last stage group, with
+  /// world rank = replica x stages + stage, as dist::pipeline_groups): every rank calls it.
+  explicit TiedHead(dist::Pipeline& pipe, int replicas = 1);
+  /// After the step's backward: the first and last stage sum their copies' gradients.
+  void sync_gradients();
+  /// Clips every gradient of the stages to `max_norm` by their global norm, counting the tied
+  /// matrix once (the last stage's copy is scaled, not counted). Returns the norm on every rank.
+  double clip_grad_norm(double max_norm);
+  /// The largest difference between the two copies (stage 0 sends its own to the last stage),
+  /// on every rank: 0 while the tie holds. A collective over the pipeline's group.
+  double divergence();
+
+ private:
+  dist::Pipeline& pipe_;
+  std::shared_ptr<dist::ProcessGroup> ends_;  // stages 0 and p-1 (null on the others)
+  Tensor tied_;                               // wte on stage 0, the copy on the last stage
+};
+
+/// train() with config.pipeline_stages > 1: one rank per stage (WORLD_SIZE == stages), or with
+/// --ddp stages x replicas (rank = replica x stages + stage; each replica reads the rows a
+/// one-process --ddp rank reads, and the stage's gradients are averaged over the replicas). The
+/// same data order, optimizer, schedule and clipping as one process; the last stage's losses are
+/// broadcast so rank 0 logs them. --amp bf16 runs each stage's forward (and the loss) under
+/// autocast, --activation-checkpointing wraps the blocks in CheckpointedBlock, and
+/// --init-from-hf loads the whole model every rank builds before the split. --save writes one
+/// merged checkpoint in the one-process trainer's format (gpt_pipeline_checkpoint.h: the GPT's
+/// names, AdamW's state), which --resume loads into any split, as it does the one-process
+/// trainer's; --save-hf writes the merged weights from rank 0. Throws naming the flag for --zero
+/// (not supported) or a wrong launch. The closing sample is skipped (the model is split).
+TrainResult train_pipeline(const TrainConfig& config, std::ostream& log);
+
+}  // namespace kiln::train::gpt

@@ -1,0 +1,90 @@
+// What the trainers report beyond their progress lines, from flags shared by every trainer
+// (--profile, --profile-steps, --logdir, --peak-gflops): the per-interval step breakdown (data
+// wait, forward, backward, exposed communication, optimizer, rest), samples/s, achieved FLOP/s
+// and MFU; a profiler run on a wait/warmup/active schedule that writes one Chrome trace per
+// rank and prints the key_averages table; TensorBoard scalars (rank 0 only).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "profiler/profiler.h"
+#include "profiler/schedule.h"
+#include "profiler/tensorboard.h"
+
+namespace kiln::train {
+
+struct MonitorConfig {
+  std::string profile_dir;          // "": no profiling
+  profiler::Schedule schedule{.wait = 5, .warmup = 2, .active = 5, .repeat = 1};
+  std::string logdir;               // "": no TensorBoard
+  double peak_gflops = 0;           // 0: measure the CPU's f32 GEMM rate / unknown on CUDA
+  int64_t log_every = 100;
+};
+
+/// kForwardBackward: a pipeline step, whose schedule interleaves forwards, backwards and
+/// transfers (its lines show it in place of forward and backward).
+enum class Phase { kData, kForward, kBackward, kForwardBackward, kExposedComm, kOptimizer, kRest, kCount };
+
+class RunMonitor {
+ public:
+  /// `flops_per_sample`: forward FLOPs of one sample (training counts 3x: forward + backward);
+  /// 0 when unknown. `device_is_cuda` decides how the peak is known.
+  RunMonitor(MonitorConfig config, int rank, double flops_per_sample, bool device_is_cuda, std::ostream& out);
+  ~RunMonitor();
+
+  /// Marks the start of a step's data wait (call before fetching the batch; the previous
+  /// step_end() does it for you).
+  void step_begin();
+  /// The batch arrived: the time since step_begin is the data wait.
+  void data_ready();
+  /// The phase that just ended (forward, backward, optimizer); time since the last mark.
+  void mark(Phase p);
+  /// Of the backward just measured, `exposed_s` waited for communication (DDP stats) and
+  /// `comm_s` is the communication that ran (hidden + exposed).
+  void comm(double comm_s, double exposed_s);
+  /// The step ended with `samples` samples (all ranks) and `loss`; `lr`, `grad_norm` (<0: not
+  /// computed), `loss_scale` are logged to TensorBoard at interval ends.
+  void step_end(int64_t samples, double loss, double lr, double grad_norm, double loss_scale);
+  /// Whether step_end of this step will log (callers compute the grad norm only then).
+  bool logs_this_step() const { return logdir_ != nullptr && (step_ + 1) % config_.log_every == 0; }
+  void test_metrics(double loss, double accuracy, int64_t step);
+  /// "how the peak is known", for the closing line.
+  const std::string& peak_source() const { return peak_source_; }
+  double mfu() const { return last_mfu_; }
+
+ private:
+  void schedule_step();
+  void finish_profile();
+  using Clock = std::chrono::steady_clock;
+  MonitorConfig config_;
+  int rank_;
+  double flops_per_sample_;
+  std::ostream& out_;
+  double peak_flops_ = 0;
+  std::string peak_source_;
+  int64_t step_ = 0;
+  Clock::time_point last_ = Clock::now(), step_start_ = last_, data_start_ = last_, window_start_ = last_;
+  double phase_s_[static_cast<int>(Phase::kCount)] = {};
+  double comm_total_s_ = 0;
+  int64_t window_steps_ = 0, window_samples_ = 0;
+  double last_mfu_ = -1;
+  std::unique_ptr<profiler::Profiler> prof_;
+  bool saved_profile_ = false;
+  std::unique_ptr<profiler::SummaryWriter> logdir_;
+};
+
+/// Forward FLOPs of one sample through `forward` (run once under the profiler without grad).
+double forward_flops(const std::function<void()>& forward_one_sample);
+
+/// The sum of squares of the parameters' gradients, square-rooted (the global L2 norm).
+double grad_norm(const std::vector<Tensor>& params);
+
+}  // namespace kiln::train
