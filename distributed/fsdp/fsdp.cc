@@ -83,6 +83,7 @@ struct FullyShardedDataParallel::State {
 
   void prepare() {
     armed = GradMode::is_enabled();
+    stats.reduce_scatters = stats.launched_during_backward = 0;  // FsdpStats: the last backward's
     callback_queued = in_finish = false;
     next_launch = 0;
     for (Unit& un : units) {
