@@ -16,7 +16,9 @@
 //   loss_fn(fsdp.forward(x), y).backward(); fsdp.clip_grad_norm_(1.0); opt.step(); opt.zero_grad();
 //
 // The model keeps its parameter names and tensor handles (views of the gathered buffers, empty
-// between uses); parameters() of the model are not for an optimizer, shards() are. Every rank
+// between uses); parameters() of the model are not for an optimizer, shards() are. Run the model
+// through this object while it lives; to use the weights elsewhere take full_state_dict() (its
+// parameters stay empty views after it is destroyed). Every rank
 // must start from the same weights (a shared seed); training then matches one process on the
 // union of the ranks' batches. Mixed precision: run the forward under amp's autocast (bf16/f16
 // compute, f32 shards) and share a GradScaler's found-inf flag (dist::share_found_inf).
