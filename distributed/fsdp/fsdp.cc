@@ -11,20 +11,6 @@
 #include "nn/sequential.h"
 
 namespace kiln::dist {
-namespace {
-
-Shape contiguous_strides(const Shape& sizes) {
-  Shape s(sizes.size());
-  int64_t stride = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    s[i] = stride;
-    stride *= sizes[i];
-  }
-  return s;
-}
-
-}  // namespace
-
 /// One unit: its parameters as views of `flat`, and this rank's f32 shard of it.
 struct Unit {
   FullyShardedDataParallel::UnitInfo info;
