@@ -13,6 +13,7 @@
 #include "models/gpt_tensor_parallel.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
+#include "tests/testing/compare.h"
 
 namespace kiln {
 namespace {
@@ -33,9 +34,10 @@ GPTConfig tiny() {
   return c;
 }
 
+/// max |a - b| of tensors of one shape.
 double max_diff(const Tensor& a, const Tensor& b) {
   expect(a.sizes() == b.sizes(), "shapes {} and {} differ", a.sizes(), b.sizes());
-  return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>();
+  return test::max_diff(a, b);
 }
 
 /// This rank's shard of the whole model's tensor `w` named `name` (a parameter or its gradient).

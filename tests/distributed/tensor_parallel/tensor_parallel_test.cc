@@ -17,6 +17,7 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/distributed/multiprocess.h"
+#include "tests/testing/compare.h"
 
 namespace kiln {
 namespace {
@@ -25,13 +26,9 @@ using test::expect;
 namespace F = nn::functional;
 namespace tp = dist::tp;
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  expect(a.sizes() == b.sizes(), "shapes {} and {} differ", a.sizes(), b.sizes());
-  return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>();
-}
-
 void expect_close(const Tensor& got, const Tensor& want, double tol, const char* what) {
-  const double d = max_diff(got, want);
+  expect(got.sizes() == want.sizes(), "{}: shapes {} and {} differ", what, got.sizes(), want.sizes());
+  const double d = test::max_diff(got, want);
   expect(d <= tol, "{}: differs from one process by {} (tolerance {})", what, d, tol);
 }
 
