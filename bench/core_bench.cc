@@ -33,22 +33,6 @@ namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// Median seconds of `f` over enough runs to fill about `budget_s` (at least 5), after warm-up.
-double time_median(const std::function<void()>& f, double budget_s = 0.6) {
-  f();
-  double t0 = now_s();
-  f();
-  const double once = std::max(now_s() - t0, 1e-7);
-  const int reps = static_cast<int>(std::clamp(budget_s / once, 5.0, 200.0));
-  std::vector<double> ts;
-  for (int r = 0; r < reps; ++r) {
-    t0 = now_s();
-    f();
-    ts.push_back(now_s() - t0);
-  }
-  return median(ts);
-}
-
 /// Median seconds of each of `fs`, timed in interleaved rounds so that a busy machine slows all
 /// of them alike (the ratios stay meaningful).
 std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fs, double budget_s) {
@@ -169,7 +153,7 @@ void bench_memory(Json& json) {
   for (const Case& c : cases) {
     double t;
     try {
-      t = time_median(c.run, 0.5);
+      t = bench::time_median(c.run, 0.5);
     } catch (const std::exception& e) {
       fmt::print("{:>22} unavailable: {}\n", c.name, e.what());
       continue;

@@ -90,18 +90,8 @@ int main(int argc, char** argv) {
   nlohmann::ordered_json gflops;
   for (const GemmShape& s : shapes) {
     const Tensor a = operand(s.m, s.k, s.a_t), b = operand(s.k, s.n, s.b_t);
-    Tensor keep = matmul(a, b);  // warm-up
-    double once = bench::now_s();
-    keep = matmul(a, b);
-    once = std::max(bench::now_s() - once, 1e-7);
-    const int reps = static_cast<int>(std::clamp(budget_s / once, 7.0, 2000.0));
-    std::vector<double> ts;
-    for (int r = 0; r < reps; ++r) {
-      const double t0 = bench::now_s();
-      keep = matmul(a, b);
-      ts.push_back(bench::now_s() - t0);
-    }
-    const double g = 2.0 * s.m * s.k * s.n / bench::median(ts) * 1e-9;
+    Tensor keep;
+    const double g = 2.0 * s.m * s.k * s.n / bench::time_median([&] { keep = matmul(a, b); }, budget_s, 7, 2000) * 1e-9;
     fmt::print("{:<18} {:>22} {:>10.1f}\n", s.name, fmt::format("{}x{}{} @ {}x{}{}", s.m, s.k, s.a_t ? "ᵀ" : "", s.k,
                                                                 s.n, s.b_t ? "ᵀ" : ""), g);
     gflops[s.name] = g;
