@@ -9,7 +9,8 @@ The flags travel with the targets, not with a .bazelrc, so a workspace that depe
     (`--config=native` in Kiln's .bazelrc).
 A consumer's own targets that include Kiln's headers use these macros too (they need C++20):
     load("@kiln//:kiln.bzl", "kiln_cc_binary")
-The optimisation level stays the caller's (`-c opt`; Kiln's .bazelrc adds -O3).
+The optimisation level is the caller's (`-c opt`: -O2), except where a target sets its own: the
+CPU kernels -O3, tests -O1, command-line parsers -O1.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
@@ -21,6 +22,15 @@ def kiln_copts():
         "//conditions:default": ["-march=x86-64-v3"],
     })
 
+def kiln_opt(level):
+    """`level` (say "-O3") in -c opt builds, where it follows and so overrides -c opt's -O2;
+    nothing under -c dbg (--config=debug, asan, tsan) or --config=fuzz, which keep their own."""
+    return select({
+        str(Label("//:opt_levels_off")): [],
+        str(Label("//:opt_build")): [level],
+        "//conditions:default": [],
+    })
+
 def kiln_cc_library(name, copts = [], **kwargs):
     """cc_library with kiln_copts(). Kernel libraries pass alwayslink = 1 (see core/BUILD)."""
     cc_library(name = name, copts = kiln_copts() + copts, **kwargs)
@@ -30,5 +40,6 @@ def kiln_cc_binary(name, copts = [], **kwargs):
     cc_binary(name = name, copts = kiln_copts() + copts, **kwargs)
 
 def kiln_cc_test(name, copts = [], **kwargs):
-    """cc_test with kiln_copts()."""
-    cc_test(name = name, copts = kiln_copts() + copts, **kwargs)
+    """cc_test with kiln_copts(), its own code at -O1: a test's loops are small, its compile
+    time is not (the libraries it tests keep their own levels)."""
+    cc_test(name = name, copts = kiln_copts() + kiln_opt("-O1") + copts, **kwargs)
