@@ -19,10 +19,17 @@ if [ "$warm" = 0 ]; then
   startup=(--output_base="$base")
   flags+=(--disk_cache=)
 fi
+# The CPU time of the build's actions: what Bazel's server reaped from its children (compilers,
+# linkers, through the sandbox wrapper). Unlike the wall time it hardly depends on the other
+# load on the machine, so it compares builds taken at different times.
+server=$(tools/bazel "${startup[@]}" info server_pid 2>/dev/null)
+children_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($16 + $17) / hz}' "/proc/$server/stat"; }
+cpu0=$(children_cpu)
 start=$SECONDS
 tools/bazel "${startup[@]}" build "${flags[@]}" "${targets[@]}"
 rc=$?
-echo "build_profile: $([ "$warm" = 1 ] && echo warm || echo cold) build of ${targets[*]}: exit $rc in $((SECONDS - start)) s"
+cpu=$(awk -v a="$(children_cpu)" -v b="$cpu0" 'BEGIN {printf "%.0f", a - b}')
+echo "build_profile: $([ "$warm" = 1 ] && echo warm || echo cold) build of ${targets[*]}: exit $rc in $((SECONDS - start)) s, ${cpu} s of CPU in its actions; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$profile" <<'EOF'
 """The slowest actions and the critical path from Bazel's JSON trace profile (Chrome trace
 events: complete events "X" with microsecond "ts" and "dur")."""
