@@ -44,12 +44,12 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), hd = n_embd_ / n_head_;
   // [B, T, 3C] -> q, k, v each [B, H, T, D].
-  std::vector<Tensor> qkv = c_attn->forward(x).split(n_embd_, 2);
+  std::vector<Tensor> qkv = c_attn(x).split(n_embd_, 2);
   auto heads = [&](const Tensor& m) { return m.reshape({b, t, n_head_, hd}).transpose(1, 2); };
   Tensor y = F::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                              {.dropout_p = is_training() ? dropout_ : 0.0, .causal = true});
   y = y.transpose(1, 2).reshape({b, t, n_embd_});  // heads side by side again
-  return resid_dropout->forward(c_proj->forward(y));
+  return resid_dropout(c_proj(y));
 }
 
 MLP::MLP(const GPTConfig& c) {
@@ -59,7 +59,7 @@ MLP::MLP(const GPTConfig& c) {
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  return dropout->forward(c_proj->forward(F::gelu(c_fc->forward(x), "tanh")));
+  return dropout(c_proj(F::gelu(c_fc(x), "tanh")));
 }
 
 Block::Block(const GPTConfig& c) {
@@ -70,8 +70,8 @@ Block::Block(const GPTConfig& c) {
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  Tensor h = x + attn(ln_1(x));
+  return h + mlp(ln_2(h));
 }
 
 GPT::GPT(const GPTConfig& c) : config(c) {
@@ -99,16 +99,16 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   KILN_CHECK(t <= config.block_size, "GPT: sequence of {} tokens is longer than block_size {}", t, config.block_size);
   Tensor pos = arange(t, TensorOptions().dtype(kInt64).device(idx.device()));
-  Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
+  Tensor x = drop(wte(idx) + wpe(pos));
   if (config.checkpoint_activations) {
     for (size_t i = 0; i < h->size(); ++i) {
       nn::Module* block = (*h)[i].get();  // kept alive by the model until backward has run
       x = nn::checkpoint([block](const Tensor& in) { return block->forward(in); }, x);
     }
   } else {
-    x = h->forward(x);
+    x = h(x);
   }
-  x = ln_f->forward(x);
+  x = ln_f(x);
   return F::linear(x, wte->weight);  // the tied LM head
 }
 

@@ -38,8 +38,8 @@ class CausalSelfAttention : public nn::Module {
   explicit CausalSelfAttention(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;  // [B, T, C] -> [B, T, C]
 
-  std::shared_ptr<nn::Linear> c_attn, c_proj;  // q, k, v in one [3C, C] projection; output
-  std::shared_ptr<nn::Dropout> resid_dropout;
+  nn::ModulePtr<nn::Linear> c_attn, c_proj;  // q, k, v in one [3C, C] projection; output
+  nn::ModulePtr<nn::Dropout> resid_dropout;
 
  private:
   int64_t n_head_, n_embd_;
@@ -51,8 +51,8 @@ class MLP : public nn::Module {
   explicit MLP(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;
 
-  std::shared_ptr<nn::Linear> c_fc, c_proj;
-  std::shared_ptr<nn::Dropout> dropout;
+  nn::ModulePtr<nn::Linear> c_fc, c_proj;
+  nn::ModulePtr<nn::Dropout> dropout;
 };
 
 class Block : public nn::Module {
@@ -60,9 +60,9 @@ class Block : public nn::Module {
   explicit Block(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;  // x + attn(ln_1(x)), then + mlp(ln_2(.))
 
-  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
-  std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<MLP> mlp;
+  nn::ModulePtr<nn::LayerNorm> ln_1, ln_2;
+  nn::ModulePtr<CausalSelfAttention> attn;
+  nn::ModulePtr<MLP> mlp;
 };
 
 class GPT : public nn::Module {
@@ -82,10 +82,10 @@ class GPT : public nn::Module {
   double flops_per_token(int64_t t) const;
 
   const GPTConfig config;
-  std::shared_ptr<nn::Embedding> wte, wpe;  // wte also serves as the LM head
-  std::shared_ptr<nn::Dropout> drop;
-  std::shared_ptr<nn::Sequential> h;
-  std::shared_ptr<nn::LayerNorm> ln_f;
+  nn::ModulePtr<nn::Embedding> wte, wpe;  // wte also serves as the LM head
+  nn::ModulePtr<nn::Dropout> drop;
+  nn::ModulePtr<nn::Sequential> h;
+  nn::ModulePtr<nn::LayerNorm> ln_f;
 };
 
 }  // namespace kiln::models::gpt
