@@ -129,6 +129,8 @@ double lr_at(const TrainConfig& c, int64_t step) {
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
+  KILN_CHECK(config.zero >= 0 && config.zero <= 3,
+             "--zero {}: the stages are 1 (optimizer state), 2 (and gradients) and 3 (and parameters)", config.zero);
   if (is_sharded(config)) return train_sharded(config, log);
   if (config.pipeline_stages > 1) return train_pipeline(config, log);
   TrainConfig c = config;
@@ -140,8 +142,6 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch/launch --nproc-per-node N -- "
              "bazel-bin/examples/gpt --ddp ...`");
-  KILN_CHECK(c.zero >= 0 && c.zero <= 3, "--zero {}: the stages are 1 (optimizer state), 2 (and gradients) and 3 "
-             "(and parameters)", c.zero);
   KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
   if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
