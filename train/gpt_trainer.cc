@@ -131,8 +131,8 @@ double lr_at(const TrainConfig& c, int64_t step) {
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(config.zero >= 0 && config.zero <= 3,
              "--zero {}: the stages are 1 (optimizer state), 2 (and gradients) and 3 (and parameters)", config.zero);
+  if (config.pipeline_stages > 1) return train_pipeline(config, log);  // with --tp: 3D
   if (is_sharded(config)) return train_sharded(config, log);
-  if (config.pipeline_stages > 1) return train_pipeline(config, log);
   TrainConfig c = config;
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
