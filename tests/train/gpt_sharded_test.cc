@@ -1,5 +1,5 @@
-// The GPT trainer with --tp and --zero 2|3 on 2 and 4 real ranks (127.0.0.1): each layout ends
-// with one process's weights (within 1e-5, f32; a weight decay of 5 so that decaying a bias or a
+// The GPT trainer with --tp and --zero 2|3 on 2 and 4 real ranks (127.0.0.1), and 3D (data 2 x
+// pipeline 2 x tensor 2, 8 processes): each layout ends with one process's weights (within 1e-5, f32; a weight decay of 5 so that decaying a bias or a
 // LayerNorm under FSDP's flat shards would show), a run stopped and resumed in the same layout
 // ends bit-identical to the uninterrupted one, and a checkpoint resumes into another layout
 // (another data or tensor size, one process) within 1e-5. Layouts that cannot work are refused
@@ -175,4 +175,32 @@ TEST_CASE("layouts that cannot work are refused, naming the numbers") {
   c.ddp = true;
   c.gpt.checkpoint_activations = true;
   CHECK(test::contains(test::error_of([&] { sharded_layout(c, 2); }), "--activation-checkpointing is not supported under FSDP"));
+}
+
+TEST_CASE("3D: data 2 x pipeline 2 x tensor 2 (8 processes) ends with one process's weights; its checkpoint resumes") {
+  const std::string dir = test::scratch_dir("gpt_sharded_3d");
+  const TrainConfig base = config(dir);
+  const TrainConfig one = layout(base, 1, 0, dir + "/one.safetensors");
+  run(1, one, 6, dir + "/one.log", "gpt_sharded_3d_one");
+  TrainConfig c = layout(base, 2, 0, dir + "/3d.safetensors");
+  c.ddp = true;
+  c.pipeline_stages = 2;
+  c.micro_batches = 2;
+  c.stop_after_steps = 3;
+  const std::string log = run(8, c, 3, dir + "/3d.log", "gpt_sharded_3d_part");
+  INFO("3D log:\n" << log);
+  CHECK(test::contains(log, "world 8 = data 2 x pipeline 2 x tensor 2"));
+  CHECK(test::contains(log, "rank   5: data  1  stage  0  tensor  1"));
+  CHECK(test::contains(log, "the last stage's copy differs from wte by at most 0"));
+  // Resumed in 3D for the last 3 steps, and, from the same checkpoint, in one process.
+  TrainConfig b = c;
+  b.stop_after_steps = 0, b.resume = c.save, b.save = dir + "/3d_resumed.safetensors";
+  CHECK(test::contains(run(8, b, 6, dir + "/3d_resumed.log", "gpt_sharded_3d_resumed"), "resumed from"));
+  TrainConfig solo = layout(base, 1, 0, dir + "/solo_resumed.safetensors");
+  solo.resume = c.save;
+  run(1, solo, 6, dir + "/solo.log", "gpt_sharded_3d_solo");
+  const double d3 = weight_diff(base, one.save, b.save), d1 = weight_diff(base, one.save, solo.save);
+  MESSAGE("3D 2x2x2: max |3D - one process| = " << d3 << "; its step-3 checkpoint resumed in one process: " << d1);
+  CHECK(d3 <= 1e-5);
+  CHECK(d1 <= 1e-5);
 }
