@@ -144,9 +144,6 @@ struct Flags {
     if (c.zero >= 1 && !c.ddp)
       return fmt::format("--zero {} shards over data-parallel ranks: add --ddp (or use --fsdp)", c.zero);
     if (c.sequence_parallel && c.tp < 2) return "--sequence-parallel needs --tp 2 or more";
-    if (c.zero >= 1 && c.pipeline_stages > 1)
-      return fmt::format("--pipeline-stages {} with --zero {}: the pipeline composes with --ddp and --tp (3D: data x "
-                         "pipeline x tensor), not with ZeRO", c.pipeline_stages, c.zero);
     if (c.sequence_parallel && c.pipeline_stages > 1) return "--sequence-parallel is not supported with --pipeline-stages";
     if (c.tp > 1 && c.zero == 1) return "--tp with --zero 1 is not supported: use --zero 2 or 3 (FSDP) with --tp";
     if ((c.tp > 1 || c.zero >= 2) && !c.profile_dir.empty()) return "--profile profiles one-process or --ddp runs";

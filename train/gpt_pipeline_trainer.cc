@@ -39,12 +39,14 @@ void check_flags(const TrainConfig& c) {
              p, p * tp, p);
   // Before joining, so that a wrong launch fails at once on every rank instead of at rendezvous.
   const int n = std::atoi(world);
-  const std::string per_replica = tp > 1 ? fmt::format("{} (stages x tensor = {} x {})", p * tp, p, tp)
-                                         : fmt::format("{}", p);
   KILN_CHECK(c.ddp ? n % (p * tp) == 0 : n == p * tp, "--pipeline-stages {}{}: {} ranks started; {}", p,
              tp > 1 ? fmt::format(" --tp {}", tp) : "", n,
-             c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (data x pipeline x tensor)", per_replica)
-                   : fmt::format("start exactly {}, or add --ddp for data-parallel replicas", per_replica));
+             tp > 1 ? (c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x tensor = {} x {}; "
+                                           "times the data-parallel replicas)", p * tp, p, tp)
+                             : fmt::format("start exactly {} (stages x tensor = {} x {}), or add --ddp for data x "
+                                           "pipeline x tensor", p * tp, p, tp))
+                    : (c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", p)
+                             : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", p)));
   if (tp > 1) {
     models::gpt::check_tensor_parallel(c.gpt, tp);
     KILN_CHECK(4 * c.gpt.n_embd % tp == 0, "--tp {}: the MLP's {} hidden features do not divide by it", tp,
