@@ -141,7 +141,8 @@ struct Flags {
       if (c.zero != 0 && c.zero != 3) return fmt::format("--fsdp is --zero 3; it contradicts --zero {}", c.zero);
       c.zero = 3, c.ddp = true;
     }
-    if (c.zero >= 1 && !c.ddp)
+    if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
+    if (c.zero >= 2 && !c.ddp)
       return fmt::format("--zero {} shards over data-parallel ranks: add --ddp (or use --fsdp)", c.zero);
     if (c.sequence_parallel && c.tp < 2) return "--sequence-parallel needs --tp 2 or more";
     if (c.sequence_parallel && c.pipeline_stages > 1) return "--sequence-parallel is not supported with --pipeline-stages";
