@@ -69,9 +69,9 @@ dist::ParallelLayout sharded_layout(const TrainConfig& c, int world) {
   KILN_CHECK(!c.sequence_parallel || c.tp > 1, "--sequence-parallel needs --tp 2 or more");
   KILN_CHECK(c.profile_dir.empty(), "--profile profiles one-process or --ddp runs, not --tp or --zero {}", c.zero);
   GPTConfig g = c.gpt;
+  check_tensor_parallel(g, c.tp);  // heads, vocabulary
   KILN_CHECK(4 * g.n_embd % c.tp == 0, "--tp {}: the MLP's {} hidden features (4 x n_embd {}) do not divide by it",
              c.tp, 4 * g.n_embd, g.n_embd);
-  check_tensor_parallel(g, c.tp);  // heads, vocabulary
   KILN_CHECK(world % c.tp == 0, "--tp {}: the world of {} ranks is not data x tensor for any data size (start a "
              "multiple of {} ranks)", c.tp, world, c.tp);
   KILN_CHECK(c.ddp || world == c.tp,
