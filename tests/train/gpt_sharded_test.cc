@@ -82,7 +82,7 @@ double weight_diff(const TrainConfig& c, const std::string& a, const std::string
 
 }  // namespace
 
-TEST_CASE("--tp 2, --zero 2|3 on 2 ranks, --tp 2 --ddp and --tp 2 --zero 3 on 4 ranks end with one process's weights") {
+TEST_CASE("--tp 2 (and --sequence-parallel), --zero 2|3 on 2 ranks, --tp 2 --ddp and --tp 2 --zero 3 on 4 ranks end with one process's weights") {
   const std::string dir = test::scratch_dir("gpt_sharded_equal");
   const TrainConfig base = config(dir);
   const TrainConfig one = layout(base, 1, 0, dir + "/one.safetensors");
@@ -95,21 +95,25 @@ TEST_CASE("--tp 2, --zero 2|3 on 2 ranks, --tp 2 --ddp and --tp 2 --zero 3 on 4 
   struct Case {
     int world, tp, zero;
     const char* layout_line;
+    bool sequence_parallel = false;
   };
   for (const Case k : {Case{2, 2, 0, "world 2 = data 1 x pipeline 1 x tensor 2"},
+                       Case{2, 2, 0, "world 2 = data 1 x pipeline 1 x tensor 2", true},
                        Case{2, 1, 3, "world 2 = data 2 x pipeline 1 x tensor 1"},
                        Case{2, 1, 2, "world 2 = data 2 x pipeline 1 x tensor 1"},
                        Case{4, 2, 0, "world 4 = data 2 x pipeline 1 x tensor 2"},
                        Case{4, 2, 3, "world 4 = data 2 x pipeline 1 x tensor 2"}}) {
-    TrainConfig c = layout(base, k.tp, k.zero, dir + fmt::format("/w{}tp{}z{}.safetensors", k.world, k.tp, k.zero));
+    const std::string tag = fmt::format("w{}tp{}z{}sp{}", k.world, k.tp, k.zero, k.sequence_parallel);
+    TrainConfig c = layout(base, k.tp, k.zero, dir + "/" + tag + ".safetensors");
     c.ddp = c.ddp || k.world > k.tp;
-    const std::string log =
-        run(k.world, c, 6, dir + fmt::format("/w{}tp{}z{}.log", k.world, k.tp, k.zero), "gpt_sharded_layout");
-    INFO("world " << k.world << " --tp " << k.tp << " --zero " << k.zero << ":\n" << log);
+    c.sequence_parallel = k.sequence_parallel;
+    const std::string log = run(k.world, c, 6, dir + "/" + tag + ".log", "gpt_sharded_layout");
+    INFO(tag << ":\n" << log);
     CHECK(test::contains(log, k.layout_line));
     CHECK(test::contains(log, fmt::format("x {} data ranks", k.world / k.tp)));
     const double d = weight_diff(base, one.save, c.save);
-    MESSAGE("world " << k.world << " --tp " << k.tp << " --zero " << k.zero << ": max |sharded - one process| = " << d);
+    MESSAGE("world " << k.world << " --tp " << k.tp << " --zero " << k.zero
+            << std::string(k.sequence_parallel ? " --sequence-parallel" : "") << ": max |sharded - one process| = " << d);
     CHECK(d <= 1e-5);
   }
 }
