@@ -130,8 +130,12 @@ class TiedHead {
 /// --init-from-hf loads the whole model every rank builds before the split. --save writes one
 /// merged checkpoint in the one-process trainer's format (gpt_pipeline_checkpoint.h: the GPT's
 /// names, AdamW's state), which --resume loads into any split, as it does the one-process
-/// trainer's; --save-hf writes the merged weights from rank 0. Throws naming the flag for --zero
-/// (not supported) or a wrong launch. The closing sample is skipped (the model is split).
+/// trainer's; --save-hf writes the merged weights from rank 0. With --tp T it is 3D: world =
+/// data x stages x T from one dist::ParallelLayout (rank = (replica x stages + stage) x T +
+/// tensor), each stage made of tensor_parallel_layers, the tie kept per (replica, tensor rank),
+/// the norm summed over the tensor group too, and the checkpoint gathered over the tensor group
+/// (save_tensor_parallel_pipeline_checkpoint). Throws naming the flag for --zero (not
+/// supported) or a wrong launch. The closing sample is skipped (the model is split).
 TrainResult train_pipeline(const TrainConfig& config, std::ostream& log);
 
 }  // namespace kiln::train::gpt

@@ -2,7 +2,8 @@
 // LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
 // accumulation up to a token budget per step, bf16 autocast, data parallel under
 // //distributed/launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
-// checkpoints that resume exactly, a sample at the end.
+// checkpoints that resume exactly, a sample at the end. Pipelines (and 3D with --tp):
+// gpt_pipeline.h; tensor parallel and FSDP (--tp, --zero 2|3): gpt_sharded.h.
 #pragma once
 
 #include <chrono>
