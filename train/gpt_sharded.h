@@ -16,6 +16,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/data_parallel/ddp.h"
@@ -66,6 +67,7 @@ struct ShardedGPT {
 /// AdamW over FSDP's flat shards with the one-process trainer's decoupled weight decay: before
 /// each step every shard is multiplied by 1 - lr x weight_decay where its mask is 1 (the
 /// elements of decayed matrices) and left alone where it is 0; the group itself has no decay.
+/// Only the runs of ones are kept, not the masks.
 class ShardedAdamW : public optim::AdamW {
  public:
   ShardedAdamW(std::vector<Tensor> shards, std::vector<Tensor> decay_masks, optim::AdamOptions options,
@@ -73,7 +75,10 @@ class ShardedAdamW : public optim::AdamW {
   void step() override;
 
  private:
-  std::vector<Tensor> shards_, masks_, keep_;  // keep = 1 - mask
+  std::vector<Tensor> shards_;
+  // Per shard, the (offset, length) runs where its mask is 1: the masks themselves would cost as
+  // much memory as a moment (two shard-sized f32 tensors, mask and 1 - mask).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> decayed_;
   double weight_decay_;
 };
 

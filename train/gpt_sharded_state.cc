@@ -65,18 +65,30 @@ Tensor ShardedGPT::loss(const Tensor& logits, const Tensor& targets) const {
 ShardedAdamW::ShardedAdamW(std::vector<Tensor> shards, std::vector<Tensor> decay_masks, optim::AdamOptions options,
                            double weight_decay)
     : optim::AdamW(std::vector<optim::ParamGroup>{{shards, {{"weight_decay", 0.0}}}}, options),
-      shards_(std::move(shards)), masks_(std::move(decay_masks)), weight_decay_(weight_decay) {
-  KILN_CHECK(masks_.size() == shards_.size(), "ShardedAdamW: {} decay masks for {} shards", masks_.size(), shards_.size());
-  for (const Tensor& mask : masks_) keep_.push_back(ones(mask.sizes(), TensorOptions().device(mask.device())) - mask);
+      shards_(std::move(shards)), weight_decay_(weight_decay) {
+  KILN_CHECK(decay_masks.size() == shards_.size(), "ShardedAdamW: {} decay masks for {} shards", decay_masks.size(),
+             shards_.size());
+  for (const Tensor& mask : decay_masks) {
+    const std::vector<float> v = mask.to(kCPU).to(kFloat32).contiguous().to_vector<float>();
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (int64_t i = 0, n = static_cast<int64_t>(v.size()); i < n;) {
+      KILN_CHECK(v[i] == 0 || v[i] == 1, "ShardedAdamW: decay mask value {} at {} is neither 0 nor 1", v[i], i);
+      int64_t j = i;
+      while (j < n && v[j] == v[i]) ++j;
+      if (v[i] == 1) runs.emplace_back(i, j - i);
+      i = j;
+    }
+    decayed_.push_back(std::move(runs));
+  }
 }
 
 void ShardedAdamW::step() {
   const double factor = 1 - param_groups()[0].get("lr") * weight_decay_;
   if (weight_decay_ != 0) {
     NoGradGuard no_grad;
-    // mask x factor + (1 - mask): exactly factor where decayed, exactly 1 elsewhere.
     for (size_t i = 0; i < shards_.size(); ++i)
-      if (shards_[i].grad().defined()) shards_[i].detach().mul_(masks_[i] * Scalar(factor) + keep_[i]);
+      if (shards_[i].grad().defined())
+        for (const auto& [offset, length] : decayed_[i]) shards_[i].detach().narrow(0, offset, length).mul_(Scalar(factor));
   }
   optim::AdamW::step();
 }
