@@ -98,7 +98,8 @@ def main():
         own = f"{r['kiln_vs_kiln_ddp']:.2f}x" if r["kiln_vs_kiln_ddp"] else "-"
         print(f"{r['mode']:6} {r['kiln_step_ms']:9.1f} {t} {s} {rng:>13} {own:>16}"
               + (f"  (PyTorch: {r['pytorch_error']})" if r["pytorch_error"] else ""))
-    print("speedup: PyTorch's step / Kiln's (above 1: Kiln faster); kiln / kiln ddp: Kiln's step over its own DDP step")
+    print("speedup: PyTorch's step / Kiln's (above 1: Kiln faster); kiln / kiln ddp: Kiln's step over its own DDP step "
+          f"(a TP step trains one batch over its {a.nproc} ranks, a DDP or FSDP step {a.nproc} batches)")
     print(json.dumps(host.finish({"benchmark": "sharded_vs_pytorch", "baseline": label, "model": a.model,
                                   "ranks": a.nproc, "batch_size": a.batch_size, "seq_len": a.seq_len,
                                   "steps": a.steps, "rounds": a.rounds, "results": rows})))
