@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "GPT shape (vocabulary 256)")->check(cli::one_of({"d6", "d12", "d24"}));
   app.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(cli::range(1, 1024));
   app.add_option("--batch-size", o.batch, "sequences per rank")->check(cli::range(1, 1024));
-  app.add_option("--nproc", nprocs, "world sizes")->delimiter(',')->check(cli::range(1, 64));
+  app.add_option("--nproc", nprocs, "world sizes (2 or more)")->delimiter(',')->check(cli::range(2, 64));
   app.add_option("--strategies", names, "any of ddp, zero1, zero2, zero3, tp")->delimiter(',');
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {

@@ -28,6 +28,10 @@ err=$("$bin" --strategies zero4 2>&1)
 rc=$?
 [ "$rc" -eq 1 ] && [[ "$err" == *"'zero4'"* ]] || fail "bad strategy: exit $rc, $err"
 
+err=$("$bin" --nproc 1 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] && [[ "$err" == *"--nproc"* ]] || fail "--nproc 1: exit $rc, $err"
+
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
   exit 1
