@@ -119,4 +119,45 @@ StepPrediction predict_zero_step_with(const StepProfile& p, const std::function<
   return out;
 }
 
+double tp_comm_seconds(const AlphaBeta& link, int t, int layers, double activation_bytes) {
+  KILN_CHECK(t >= 1 && layers >= 0, "tp_comm_seconds: {} tensor ranks, {} layers", t, layers);
+  return 4.0 * layers * allreduce_seconds(link, t, activation_bytes);
+}
+
+double fsdp_comm_seconds(const AlphaBeta& link, int n, int units, double param_bytes, double grad_bytes) {
+  KILN_CHECK(n >= 1 && units >= 1, "fsdp_comm_seconds: {} ranks, {} units", n, units);
+  return units * (2 * allgather_seconds(link, n, param_bytes / units) + reduce_scatter_seconds(link, n, grad_bytes / units));
+}
+
+ShardedStepPrediction predict_sharded_step(const TransformerShape& m, const ClusterSpec& c, const ShardedLayout& l,
+                                           double tokens_per_gpu, double bytes_per_element) {
+  KILN_CHECK(l.tensor >= 1 && l.data >= 1 && m.layers >= 1 && tokens_per_gpu > 0,
+             "predict_sharded_step: tensor {}, data {}, {} layers, {} tokens per GPU", l.tensor, l.data, m.layers,
+             tokens_per_gpu);
+  KILN_CHECK(l.tensor <= c.gpus_per_node, "predict_sharded_step: tensor size {} beyond a node of {} GPUs", l.tensor,
+             c.gpus_per_node);
+  ShardedStepPrediction p;
+  const double flops = m.flops_per_token() * tokens_per_gpu;
+  p.compute_s = flops / (c.peak_flops * c.kernel_efficiency);
+  // A tensor group works on its ranks' tokens together: t x tokens_per_gpu rows of width C.
+  p.tp_s = tp_comm_seconds(c.nvlink, l.tensor, m.layers, l.tensor * tokens_per_gpu * m.hidden * bytes_per_element);
+  const AlphaBeta& dp_link = l.data * l.tensor <= c.gpus_per_node ? c.nvlink : c.network;
+  const double shard_bytes = m.params / l.tensor * bytes_per_element;  // this tensor rank's part of the model
+  if (l.fsdp) {
+    p.dp_comm_s = fsdp_comm_seconds(dp_link, l.data, m.layers, shard_bytes, shard_bytes);
+    const double unit = allgather_seconds(dp_link, l.data, shard_bytes / m.layers) +
+                        reduce_scatter_seconds(dp_link, l.data, shard_bytes / m.layers);
+    p.exposed_s = std::max(0.0, p.dp_comm_s - p.compute_s) + (l.data > 1 ? unit : 0.0);
+    p.state_bytes = 16 * m.params / l.tensor / l.data;
+  } else {
+    p.dp_comm_s = allreduce_seconds(dp_link, l.data, shard_bytes);
+    const double last = allreduce_seconds(dp_link, l.data, shard_bytes / m.layers);
+    p.exposed_s = std::max(0.0, p.dp_comm_s - p.compute_s * 2 / 3) + last;
+    p.state_bytes = 16 * m.params / l.tensor;
+  }
+  p.step_s = p.compute_s + p.tp_s + p.exposed_s;
+  p.mfu = flops / (p.step_s * c.peak_flops);
+  return p;
+}
+
 }  // namespace kiln::bench

@@ -91,4 +91,59 @@ StepPrediction predict_zero_step_with(const StepProfile& p, const std::function<
                                       const std::function<double(double)>& allgather, int n,
                                       double compute_scale = 1);
 
+/// Megatron's tensor-parallel communication per step: each of `layers` transformer layers
+/// all-reduces its [tokens, hidden] activations (`activation_bytes`) among the t tensor ranks
+/// twice in forward (after attention and after the MLP) and twice in backward (the conjugate
+/// operators), on the critical path (not overlapped with compute). 0 for t = 1.
+double tp_comm_seconds(const AlphaBeta& link, int t, int layers, double activation_bytes);
+
+/// FSDP's communication per step over n ranks, the model in `units` equal units: each unit's
+/// parameters all-gathered before its forward and again before its backward, and its gradients
+/// reduce-scattered after it: 2 all-gathers of param_bytes / units and one reduce-scatter of
+/// grad_bytes / units per unit.
+double fsdp_comm_seconds(const AlphaBeta& link, int n, int units, double param_bytes, double grad_bytes);
+
+/// A GPT-like transformer: P parameters, L layers of width C, sequences of T tokens.
+struct TransformerShape {
+  double params = 0;
+  int layers = 0;
+  double hidden = 0, seq_len = 0;
+  /// Model FLOPs per token, forward and backward: 6P + 12 L T C (PaLM appendix B; no recompute).
+  double flops_per_token() const { return 6 * params + 12.0 * layers * seq_len * hidden; }
+};
+
+/// The machines: per-GPU peak and the share of it the layers' kernels reach, GPUs per node, the
+/// links (NVLink within a node, one NIC per GPU between nodes).
+struct ClusterSpec {
+  double peak_flops = 0, kernel_efficiency = 1;
+  int gpus_per_node = 8;
+  AlphaBeta nvlink, network;
+};
+
+/// world = data x tensor; the data ranks replicate (DDP) or fully shard (FSDP) the 1/t of the
+/// model their tensor rank holds.
+struct ShardedLayout {
+  int tensor = 1, data = 1;
+  bool fsdp = false;
+};
+
+struct ShardedStepPrediction {
+  double compute_s = 0;  // this GPU's share of the FLOPs at peak x kernel_efficiency
+  double tp_s = 0;       // tensor-parallel all-reduces (exposed)
+  double dp_comm_s = 0;  // data-parallel collectives (all-reduce, or FSDP's gathers and reduce-scatter)
+  double exposed_s = 0;  // of dp_comm_s, what compute does not hide
+  double step_s = 0, mfu = 0;
+  double state_bytes = 0;  // per GPU: 16 bytes per parameter held (2 + 2 + 12, mixed precision), sharded as laid out
+};
+
+/// One step of `tokens_per_gpu` tokens per GPU (weak scaling), parameters and gradients moved in
+/// `bytes_per_element`. Tensor ranks share a node (NVLink); the data-parallel collectives run
+/// over NVLink when data x tensor fits a node, else over the network (a ring across nodes, each
+/// GPU on its own NIC). DDP's all-reduce overlaps backward (2/3 of compute) but for its last
+/// unit; FSDP's gathers and reduce-scatters overlap the whole compute (prefetch) but for the
+/// first unit's gather and the last unit's reduce-scatter; each layer is a unit. Throws
+/// kiln::Error for a tensor size beyond a node or sizes below 1.
+ShardedStepPrediction predict_sharded_step(const TransformerShape& m, const ClusterSpec& c, const ShardedLayout& l,
+                                           double tokens_per_gpu, double bytes_per_element);
+
 }  // namespace kiln::bench

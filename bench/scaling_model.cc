@@ -5,7 +5,8 @@
 // once as its DDP runs had (bench/step_profile.h), predicts the DDP and ZeRO-1 steps on n ranks
 // with communication overlapped with backward, and checks the predictions against
 // //bench:ddp_bench measurements. Then projects 8-512 GPUs on stated NVLink/InfiniBand figures
-// for ResNet-50- and GPT-2-124M-sized gradients.
+// for ResNet-50- and GPT-2-124M-sized gradients, and past data parallel (FSDP, tensor parallel
+// within a node) GPT-2 1.5B and a 7B model on 8-1,024 H100s beside Megatron-LM's published MFU.
 //   bazel-bin/bench/scaling_model --allreduce ar.jsonl --ddp ddp.jsonl [--cores 2]
 // The JSON-lines files hold the benchmarks' last lines (optionally with a "link" tag, as
 // bench/multinode_allreduce.sh writes); an all-reduce line validates the DDP lines with the
@@ -294,6 +295,47 @@ void project() {
              "near-linear at 256 GPUs (Li et al., VLDB 2020).\n");
 }
 
+
+/// Past data parallel: GPT-2 1.5B and a 7B model on 8-1,024 H100s, DDP, FSDP and tensor parallel
+/// within a node x FSDP across nodes (bench/scaling_math.h's predict_sharded_step), beside
+/// Megatron-LM's published MFU.
+void project_sharded() {
+  // H100 SXM: 989 TFLOP/s dense bf16; the layers' kernels at 60 % of it (an assumption: the
+  // model's MFU can be no better). NVLink 4 within 8-GPU nodes (NCCL all-reduce busbw ~360 GB/s),
+  // one 400 Gb/s NIC per GPU between nodes (50 GB/s, ~90 % reachable).
+  const bench::ClusterSpec h100{989e12, 0.6, 8, {5e-6, 360e9}, {10e-6, 45e9}};
+  struct Model {
+    const char* name;
+    bench::TransformerShape shape;
+  };
+  // GPT-2 XL: 48 layers of 1600, 1,024 tokens; a Llama-2-7B-like model: 32 layers of 4096, 4,096 tokens.
+  const Model models[] = {{"GPT-2 1.5B", {1.56e9, 48, 1600, 1024}}, {"7B", {6.7e9, 32, 4096, 4096}}};
+  const double tokens_per_gpu = 8192, bytes = 2, hbm = 80e9;
+  fmt::print("\nProjection past data parallel: H100 SXM (989 TFLOP/s bf16, kernels at 60 % of it), 8 per node on NVLink "
+             "(α 5 us, B 360 GB/s), 400 Gb/s per GPU between nodes (α 10 us, B 45 GB/s); {:.0f} tokens per GPU per "
+             "step (weak scaling, no accumulation), bf16 parameters and gradients on the wire, one unit per layer; "
+             "state: 16 bytes per parameter held (2 + 2 + 12), activations not counted\n", tokens_per_gpu);
+  fmt::print("{:>11} {:>6} {:>16} {:>10} {:>9} {:>9} {:>10} {:>9} {:>7} {:>10} {:>5}\n", "model", "GPUs", "layout",
+             "compute ms", "TP ms", "DP ms", "exposed ms", "step ms", "MFU", "state GB", "fits");
+  for (const Model& m : models)
+    for (int n = 8; n <= 1024; n *= 2) {
+      const std::pair<const char*, bench::ShardedLayout> layouts[] = {
+          {"DDP", {1, n, false}}, {"FSDP", {1, n, true}}, {"TP 8 x FSDP", {8, n / 8, true}}};
+      for (const auto& [name, l] : layouts) {
+        const bench::ShardedStepPrediction p = bench::predict_sharded_step(m.shape, h100, l, tokens_per_gpu, bytes);
+        fmt::print("{:>11} {:>6} {:>16} {:>10.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>9.1f} {:>6.1f}% {:>10.1f} {:>5}\n",
+                   m.name, n, name, p.compute_s * 1e3, p.tp_s * 1e3, p.dp_comm_s * 1e3, p.exposed_s * 1e3,
+                   p.step_s * 1e3, p.mfu * 100, p.state_bytes / 1e9, p.state_bytes < hbm ? "yes" : "no");
+      }
+    }
+  fmt::print("DP ms: the data-parallel collectives (DDP: one all-reduce; FSDP: two all-gathers and a reduce-scatter per "
+             "layer), over NVLink within one node, else a ring over the network; exposed: what compute does not hide "
+             "(DDP: past 2/3 of compute plus the last layer's; FSDP: past all of it plus the first gather and the last "
+             "reduce-scatter); TP: four all-reduces of the group's activations per layer, not hidden.\n");
+  fmt::print("Published (Narayanan et al., SC 2021, Table 1; A100, 312 TFLOP/s bf16, 3D parallel with pipelining): "
+             "1.7B on 32 GPUs 44 %, 7.5B (TP 4) on 128 GPUs 46 %, 76B on 1,024 GPUs 45 %, 1T on 3,072 GPUs 52 % of "
+             "peak (502 PFLOP/s).\n");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -308,7 +350,7 @@ int main(int argc, char** argv) {
       ->check(cli::range(1, 4096));
   app.add_option("--steps", steps, "profiled steps per model when no 1-rank ddp_bench line gives them (median)")
       ->check(cli::range(1, 10000));
-  app.add_flag("--projection-only", no_profile, "print only the 8-512 GPU projection");
+  app.add_flag("--projection-only", no_profile, "print only the projections (8-512 GPUs DDP, 8-1,024 H100s sharded)");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {
     if (!no_profile) {
@@ -318,6 +360,7 @@ int main(int argc, char** argv) {
       validate_zero(ddp, fits);
     }
     project();
+    project_sharded();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -21,6 +21,7 @@ struct Flags {
               *model = nullptr, *micro = nullptr, *schedule = nullptr,
               *virtual_stages = nullptr;
   int64_t layers = 0, heads = 0, embd = 0, block_size = 0;
+  bool fsdp = false;
   std::vector<int64_t> profile_steps{2, 1, 3};  // --profile-steps wait,warmup,active
 
   void declare(CLI::App& app) {
@@ -78,8 +79,17 @@ struct Flags {
         app, "--pipeline-schedule,--schedule", c.pipeline_schedule, c.virtual_stages);
     schedule = schedule_options.schedule;
     virtual_stages = schedule_options.virtual_stages;
-    app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks")
-        ->check(cli::range(0, 1));
+    app.add_option("--zero", c.zero,
+                   "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks; 2 also the gradients and 3 also the "
+                   "parameters (FSDP over the data-parallel ranks)")
+        ->check(cli::range(0, 3));
+    app.add_flag("--fsdp", fsdp, "fully sharded data parallel: --ddp --zero 3");
+    app.add_option("--tp", c.tp,
+                   "tensor parallel: each block's heads and MLP features and the vocabulary split over T ranks "
+                   "(world = data x T under //distributed/launch)")
+        ->check(cli::range(1, 1024));
+    app.add_flag("--sequence-parallel", c.sequence_parallel,
+                 "with --tp: LayerNorms and dropout on 1/T of the sequence (reduce-scatter / all-gather)");
     app.add_option("--seed", c.seed, "seed for init, data order and sampling");
     app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
     app.add_option("--device", device, "cpu|cuda|cuda:N")
@@ -127,7 +137,17 @@ struct Flags {
     if (!c.profile_dir.empty() && c.pipeline_stages > 1) return "--profile profiles one-process or --ddp runs, not pipelines";
     if (profile_steps[2] < 1) return "--profile-steps: the active count must be at least 1";
     c.profile_wait = profile_steps[0], c.profile_warmup = profile_steps[1], c.profile_active = profile_steps[2];
+    if (fsdp) {
+      if (c.zero != 0 && c.zero != 3) return fmt::format("--fsdp is --zero 3; it contradicts --zero {}", c.zero);
+      c.zero = 3, c.ddp = true;
+    }
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
+    if (c.zero >= 2 && !c.ddp)
+      return fmt::format("--zero {} shards over data-parallel ranks: add --ddp (or use --fsdp)", c.zero);
+    if (c.sequence_parallel && c.tp < 2) return "--sequence-parallel needs --tp 2 or more";
+    if (c.sequence_parallel && c.pipeline_stages > 1) return "--sequence-parallel is not supported with --pipeline-stages";
+    if (c.tp > 1 && c.zero == 1) return "--tp with --zero 1 is not supported: use --zero 2 or 3 (FSDP) with --tp";
+    if ((c.tp > 1 || c.zero >= 2) && !c.profile_dir.empty()) return "--profile profiles one-process or --ddp runs";
     if (c.min_lr > c.lr) return fmt::format("--min-lr {} is above --lr {}", c.min_lr, c.lr);
     c.device = Device(device);
     if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/ops.h"
 #include "nn/functional.h"
 
 namespace kiln::models::gpt {
@@ -97,6 +98,40 @@ void check_tensor_parallel(const GPTConfig& c, int tp_size) {
              "GPT tensor parallel: vocab_size {} does not divide by the tensor-parallel size {} (pad the vocabulary, "
              "e.g. --vocab-size {})", c.vocab_size, tp_size, (c.vocab_size + tp_size - 1) / tp_size * tp_size);
   KILN_CHECK(!c.checkpoint_activations, "GPT tensor parallel: activation checkpointing is not supported with --tp");
+}
+
+ParameterSplit parameter_split(const std::string& name) {
+  auto is = [&](const char* suffix) { return name.ends_with(suffix); };
+  if (name == "wte.weight") return {0, 1};  // vocabulary rows
+  if (is(".attn.c_attn.weight") || is(".attn.c_attn.bias")) return {0, 3};  // heads of q, k and v
+  if (is(".mlp.c_fc.weight") || is(".mlp.c_fc.bias")) return {0, 1};
+  if (is(".c_proj.weight")) return {1, 1};  // row-parallel: input features
+  return {};  // wpe, LayerNorms, the row-parallel biases
+}
+
+Tensor shard_of(const std::string& name, const Tensor& whole, const dist::ProcessGroup& group) {
+  const ParameterSplit s = parameter_split(name);
+  if (s.dim < 0 || group.size() == 1) return whole.detach().clone();
+  const int64_t n = group.size(), per_part = whole.size(s.dim) / s.parts, shard = per_part / n;
+  KILN_CHECK(per_part % n == 0 && per_part * s.parts == whole.size(s.dim),
+             "GPT tensor parallel: '{}' of shape {} does not split into {} x {} along dim {}", name, whole.shape_str(),
+             s.parts, n, s.dim);
+  std::vector<Tensor> pieces;
+  for (int64_t p = 0; p < s.parts; ++p)
+    pieces.push_back(whole.detach().narrow(s.dim, p * per_part + group.rank() * shard, shard));
+  return cat(pieces, s.dim).contiguous().clone();
+}
+
+Tensor whole_of(const std::string& name, const Tensor& shard, dist::ProcessGroup& group) {
+  const ParameterSplit s = parameter_split(name);
+  if (s.dim < 0 || group.size() == 1) return shard.detach().clone();
+  const int64_t n = group.size(), per = shard.size(s.dim) / s.parts;
+  Tensor all = dist::tp::all_gather(shard.detach().contiguous(), group, s.dim);  // rank after rank
+  // Rank r's block holds its rows of each part in part order: regroup part by part.
+  std::vector<Tensor> pieces;
+  for (int64_t p = 0; p < s.parts; ++p)
+    for (int64_t r = 0; r < n; ++r) pieces.push_back(all.narrow(s.dim, (r * s.parts + p) * per, per));
+  return cat(pieces, s.dim).contiguous();
 }
 
 TensorParallelGPT::TensorParallelGPT(const GPT& whole, tp::GroupPtr group, bool sequence_parallel)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "distributed/tensor_parallel/layers.h"
 #include "models/gpt_model.h"
@@ -41,5 +42,19 @@ class TensorParallelGPT : public nn::Module {
 
 /// Checks that `c` splits over `tp_size` ranks; throws naming the field, its value and the size.
 void check_tensor_parallel(const GPTConfig& c, int tp_size);
+
+/// How TensorParallelGPT splits the GPT's parameter `name` (and anything shaped like it, such as
+/// AdamW's moments): along `dim` (-1: replicated, whole on every rank), each of `parts` stacked
+/// blocks separately (3 for c_attn's q, k, v).
+struct ParameterSplit {
+  int64_t dim = -1;
+  int64_t parts = 1;
+};
+ParameterSplit parameter_split(const std::string& name);
+/// This rank's shard of the whole tensor `whole` of parameter `name` (a copy).
+Tensor shard_of(const std::string& name, const Tensor& whole, const dist::ProcessGroup& group);
+/// The whole tensor put together from every rank's `shard` of parameter `name` (a collective over
+/// `group`; a replicated one is returned as this rank holds it).
+Tensor whole_of(const std::string& name, const Tensor& shard, dist::ProcessGroup& group);
 
 }  // namespace kiln::models::gpt

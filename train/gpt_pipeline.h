@@ -9,12 +9,15 @@
 // once, and checkpoints keep one key ("wte.weight": the head's copy is left out).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/tensor_parallel/parallel_layout.h"
+#include "models/gpt_tensor_parallel.h"
 #include "models/gpt_model.h"
 #include "train/gpt_trainer.h"
 
@@ -38,6 +41,35 @@ class Head : public nn::Module {
   std::shared_ptr<nn::LayerNorm> ln_f;
   Tensor weight;  // the tied copy
 };
+
+/// The tensor-parallel GPT's embedding (Embed with the vocabulary split: each rank looks up its
+/// rows, the sum all-reduced) and head (ln_f, the input's gradient all-reduced, then this rank's
+/// vocabulary rows of the logits, with its own copy of its wte shard): models/gpt_tensor_parallel.h.
+class TensorParallelEmbed : public nn::Module {
+ public:
+  explicit TensorParallelEmbed(const models::gpt::TensorParallelGPT& model);
+  Tensor forward(const Tensor& idx) override;
+  std::shared_ptr<dist::tp::VocabParallelEmbedding> wte;
+  std::shared_ptr<nn::Embedding> wpe;
+  std::shared_ptr<nn::Dropout> drop;
+  int64_t block_size;
+};
+
+class TensorParallelHead : public nn::Module {
+ public:
+  TensorParallelHead(const models::gpt::TensorParallelGPT& model, dist::tp::GroupPtr group);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::LayerNorm> ln_f;
+  Tensor weight;  // the tied copy of this rank's wte rows
+
+ private:
+  dist::tp::GroupPtr group_;
+};
+
+/// The layers of a TensorParallelGPT in gpt_layers' order (no sequence parallelism, no
+/// activation checkpointing), sharing its modules.
+std::shared_ptr<nn::Sequential> tensor_parallel_layers(const models::gpt::TensorParallelGPT& model,
+                                                       dist::tp::GroupPtr group);
 
 /// A block run under nn::checkpoint (--activation-checkpointing): its activations are recomputed
 /// in backward, as GPT::forward does with checkpoint_activations. It holds the block's children
@@ -66,11 +98,19 @@ class TiedHead {
   /// A collective over the default group (it makes each replica's first/last stage group, with
   /// world rank = replica x stages + stage, as dist::pipeline_groups): every rank calls it.
   explicit TiedHead(dist::Pipeline& pipe, int replicas = 1);
+  /// The same in a data x pipeline x tensor layout: one group per (replica, tensor rank), its
+  /// first and last stage (each tensor rank's copies hold the same vocabulary rows).
+  TiedHead(dist::Pipeline& pipe, const dist::ParallelLayout& layout);
   /// After the step's backward: the first and last stage sum their copies' gradients.
   void sync_gradients();
   /// Clips every gradient of the stages to `max_norm` by their global norm, counting the tied
   /// matrix once (the last stage's copy is scaled, not counted). Returns the norm on every rank.
   double clip_grad_norm(double max_norm);
+  /// With tensor parallelism: the squares are summed over the pipeline and the `tensor` group, a
+  /// parameter `replicated` says is whole on every tensor rank (by its global name) counted on
+  /// tensor rank 0 only.
+  double clip_grad_norm(double max_norm, dist::ProcessGroup& tensor,
+                        const std::function<bool(const std::string& global_name)>& replicated);
   /// The largest difference between the two copies (stage 0 sends its own to the last stage),
   /// on every rank: 0 while the tie holds. A collective over the pipeline's group.
   double divergence();
@@ -90,8 +130,12 @@ class TiedHead {
 /// --init-from-hf loads the whole model every rank builds before the split. --save writes one
 /// merged checkpoint in the one-process trainer's format (gpt_pipeline_checkpoint.h: the GPT's
 /// names, AdamW's state), which --resume loads into any split, as it does the one-process
-/// trainer's; --save-hf writes the merged weights from rank 0. Throws naming the flag for --zero
-/// (not supported) or a wrong launch. The closing sample is skipped (the model is split).
+/// trainer's; --save-hf writes the merged weights from rank 0. With --tp T it is 3D: world =
+/// data x stages x T from one dist::ParallelLayout (rank = (replica x stages + stage) x T +
+/// tensor), each stage made of tensor_parallel_layers, the tie kept per (replica, tensor rank),
+/// the norm summed over the tensor group too, and the checkpoint gathered over the tensor group
+/// (save_tensor_parallel_pipeline_checkpoint). Throws naming the flag for --zero (not
+/// supported) or a wrong launch. The closing sample is skipped (the model is split).
 TrainResult train_pipeline(const TrainConfig& config, std::ostream& log);
 
 }  // namespace kiln::train::gpt

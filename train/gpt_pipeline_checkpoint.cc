@@ -6,10 +6,13 @@
 #include <bit>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "train/gpt_pipeline.h"
 #include "train/pipeline_checkpoint.h"
+#include "distributed/backend/init.h"
+#include "models/gpt_tensor_parallel.h"
 
 namespace kiln::train::gpt {
 using namespace models::gpt;
@@ -125,6 +128,100 @@ void save_pipeline_checkpoint(dist::Pipeline& pipe, const std::string& path, con
   const int64_t n_layer = pipe.boundaries().back() - 2;
   dist::save_merged_checkpoint(pipe, path, state, [&](const std::string& global) { return gpt_name(global, n_layer); },
                                map.to_whole(opt.state_dict()), opt.name());
+}
+
+void save_tensor_parallel_pipeline_checkpoint(dist::Pipeline& pipe, const dist::ParallelGroups& groups,
+                                              const std::string& path, const TrainConfig& c,
+                                              const std::vector<std::pair<std::string, Shape>>& whole_shapes,
+                                              const std::vector<std::vector<std::string>>& whole_layout,
+                                              const StageOptimizerMap& map,
+                                              const std::vector<std::string>& stage_names,
+                                              const optim::Optimizer& opt, const train::TrainingState& state) {
+  const dist::ParallelCoords& at = groups.coords;
+  auto gpt_of = [](const std::string& name) { return name == kHeadCopy ? std::string("wte.weight") : name; };
+  if (at.data == 0) {  // the replicas are equal
+    dist::ProcessGroup& tensor = *groups.tensor;
+    nn::StateDict weights;  // this stage's, whole, by the GPT's names
+    for (const auto& [local, p] : pipe.stage_module().named_parameters()) {
+      const std::string name = gpt_name(pipe.global_name(local), c.gpt.n_layer);
+      if (!name.empty()) weights[name] = models::gpt::whole_of(name, p, tensor);
+    }
+    optim::StateDict stage = opt.state_dict();  // the same keys on every tensor rank of the stage
+    std::set<std::string> fields;
+    int64_t j = 0;
+    std::string field;
+    for (auto& [key, t] : stage) {
+      if (!split_key(key, "state.", j, field)) continue;
+      fields.insert(field.substr(1));  // without its dot
+      if (t.dim() > 0) t = models::gpt::whole_of(gpt_of(stage_names.at(static_cast<size_t>(j))), t, tensor);
+    }
+    const optim::StateDict stage_whole = map.to_whole(stage);
+    if (at.tensor == 0) {
+      // Which stage holds each parameter (any split, interleaved included); stage 0 collects.
+      dist::ProcessGroup& line = *groups.pipeline;
+      const Device comm = line.backend() == "nccl" ? pipe.options().device : kCPU;
+      std::vector<int64_t> owner(whole_shapes.size(), 0);
+      for (size_t i = 0; i < whole_shapes.size(); ++i)
+        if (weights.count(whole_shapes[i].first)) owner[i] = pipe.stage() + 1;
+      Tensor o = indices(owner).to(comm);
+      line.allreduce(o)->wait();
+      owner = o.to(kCPU).to_vector<int64_t>();
+      auto collect = [&](const Tensor* mine, const Shape& shape, DType dtype, int64_t from) {
+        Tensor t = mine ? mine->detach().reshape(shape).contiguous().to(comm)
+                        : empty(shape, TensorOptions().dtype(dtype).device(comm));
+        line.broadcast(t, static_cast<int>(from - 1))->wait();
+        return t.to(kCPU);
+      };
+      std::map<std::string, int64_t> index;  // the one-process optimizer's index of each parameter
+      for (const auto& group : whole_layout)
+        for (const std::string& name : group) index.emplace(name, static_cast<int64_t>(index.size()));
+      nn::StateDict merged;
+      optim::StateDict merged_opt;
+      for (const auto& [key, t] : stage_whole)
+        if (key.starts_with("param_groups.")) merged_opt[key] = t;
+      for (size_t i = 0; i < whole_shapes.size(); ++i) {
+        const auto& [name, shape] = whole_shapes[i];
+        KILN_CHECK(owner[i] > 0, "3D checkpoint: no stage holds '{}'", name);
+        merged[name] = collect(owner[i] == pipe.stage() + 1 ? &weights.at(name) : nullptr, shape, kFloat32, owner[i]);
+      }
+      for (const std::string& f : fields)  // every stage's optimizer has the same fields
+        for (size_t i = 0; i < whole_shapes.size(); ++i) {
+          const auto& [name, shape] = whole_shapes[i];
+          const std::string key = fmt::format("state.{}.{}", index.at(name), f);
+          const Tensor* mine = nullptr;
+          if (owner[i] == pipe.stage() + 1) {
+            auto it = stage_whole.find(key);
+            KILN_CHECK(it != stage_whole.end(), "3D checkpoint: stage {} has no '{}' for '{}'", pipe.stage(), f, name);
+            mine = &it->second;
+          }
+          const bool scalar = f == "step";  // a 0-dim f64, moved as [1]
+          Tensor t = collect(mine, scalar ? Shape{1} : shape, scalar ? kFloat64 : kFloat32, owner[i]);
+          merged_opt[key] = scalar ? t.reshape({}) : t;
+        }
+      if (pipe.stage() == 0) {
+        const GeneratorState g = default_generator().state();  // a GPT draws its initial weights
+        GPT whole(c.gpt);
+        default_generator().set_state(g);
+        whole.load_state_dict(merged);
+        train::save_checkpoint(path, whole, merged_opt, opt.name(), state);
+      }
+    }
+  }
+  dist::default_group()->barrier()->wait();
+}
+
+optim::StateDict tensor_parallel_stage_state(const optim::StateDict& stage_whole,
+                                             const std::vector<std::string>& stage_names,
+                                             const dist::ProcessGroup& tensor) {
+  optim::StateDict out = stage_whole;
+  int64_t j = 0;
+  std::string field;
+  for (auto& [key, t] : out)
+    if (split_key(key, "state.", j, field) && t.dim() > 0) {
+      const std::string& name = stage_names.at(static_cast<size_t>(j));
+      t = models::gpt::shard_of(name == kHeadCopy ? "wte.weight" : name, t, tensor);
+    }
+  return out;
 }
 
 train::TrainingState load_whole_checkpoint(const TrainConfig& c, const std::string& path, GPT& model,

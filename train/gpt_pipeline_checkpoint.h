@@ -6,9 +6,11 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/tensor_parallel/parallel_layout.h"
 #include "train/gpt_trainer.h"
 #include "optim/optimizer.h"
 
@@ -44,6 +46,26 @@ class StageOptimizerMap {
 /// A collective over the pipeline's group.
 void save_pipeline_checkpoint(dist::Pipeline& pipe, const std::string& path, const StageOptimizerMap& map,
                               const optim::Optimizer& opt, train::TrainingState state);
+
+/// The 3D (data x pipeline x tensor) run's checkpoint in the same merged format: each stage's
+/// shards put together over the tensor group (models::gpt::whole_of, weights and AdamW's moments),
+/// the stages' tensors collected on stage 0 over the pipeline group, the file written by rank 0
+/// (data 0, stage 0, tensor 0). `whole_shapes`: the GPT's parameters in order with their whole
+/// shapes; `whole_layout`: optimizer_layout of the whole GPT; `stage_names`: the stage optimizer's parameters by index (GPT names, kHeadCopy). A
+/// collective over every rank (data ranks other than 0 only wait).
+void save_tensor_parallel_pipeline_checkpoint(dist::Pipeline& pipe, const dist::ParallelGroups& groups,
+                                              const std::string& path, const TrainConfig& c,
+                                              const std::vector<std::pair<std::string, Shape>>& whole_shapes,
+                                              const std::vector<std::vector<std::string>>& whole_layout,
+                                              const StageOptimizerMap& map,
+                                              const std::vector<std::string>& stage_names,
+                                              const optim::Optimizer& opt, const train::TrainingState& state);
+
+/// A stage optimizer's state (StageOptimizerMap::to_stage of the one-process state) with every
+/// moment cut to this tensor rank's shard (models::gpt::shard_of).
+optim::StateDict tensor_parallel_stage_state(const optim::StateDict& stage_whole,
+                                             const std::vector<std::string>& stage_names,
+                                             const dist::ProcessGroup& tensor);
 
 /// Before the split: loads `path` (either trainer's checkpoint) into the whole `model` and a
 /// one-process optimizer over it, whose state_dict it returns in `whole_optimizer`. Sets the

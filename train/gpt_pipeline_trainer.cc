@@ -17,6 +17,8 @@
 #include "models/gpt_sample.h"
 #include "train/gpt_pipeline.h"
 #include "train/gpt_pipeline_checkpoint.h"
+#include "distributed/tensor_parallel/layers.h"
+#include "models/gpt_tensor_parallel.h"
 #include "train/pipeline_checkpoint.h"
 #include "profiler/memory.h"
 
@@ -28,17 +30,30 @@ namespace {
 void check_flags(const TrainConfig& c) {
   const int p = c.pipeline_stages;
   KILN_CHECK(c.zero == 0, "--pipeline-stages {}: --zero {} is not supported with the pipelined GPT (each replica's "
-             "stages keep their whole AdamW state)", p, c.zero);
+             "stages keep their whole AdamW state; 3D training is --ddp x --pipeline-stages x --tp)", p, c.zero);
+  const int tp = c.tp;
   const char* world = std::getenv("WORLD_SIZE");
   KILN_CHECK(world != nullptr,
              "--pipeline-stages {}: WORLD_SIZE is not set; start the stages with `bazel-bin/distributed/launch/launch "
              "--nproc-per-node {} -- bazel-bin/examples/gpt --pipeline-stages {} ...`",
-             p, p, p);
+             p, p * tp, p);
   // Before joining, so that a wrong launch fails at once on every rank instead of at rendezvous.
   const int n = std::atoi(world);
-  KILN_CHECK(c.ddp ? n % p == 0 : n == p, "--pipeline-stages {}: {} ranks started; {}", p, n,
-             c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", p)
-                   : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", p));
+  KILN_CHECK(c.ddp ? n % (p * tp) == 0 : n == p * tp, "--pipeline-stages {}{}: {} ranks started; {}", p,
+             tp > 1 ? fmt::format(" --tp {}", tp) : "", n,
+             tp > 1 ? (c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x tensor = {} x {}; "
+                                           "times the data-parallel replicas)", p * tp, p, tp)
+                             : fmt::format("start exactly {} (stages x tensor = {} x {}), or add --ddp for data x "
+                                           "pipeline x tensor", p * tp, p, tp))
+                    : (c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", p)
+                             : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", p)));
+  if (tp > 1) {
+    models::gpt::check_tensor_parallel(c.gpt, tp);
+    KILN_CHECK(4 * c.gpt.n_embd % tp == 0, "--tp {}: the MLP's {} hidden features do not divide by it", tp,
+               4 * c.gpt.n_embd);
+    KILN_CHECK(!c.sequence_parallel, "--sequence-parallel is not supported with --pipeline-stages (the stages pass "
+               "whole sequences)");
+  }
   dist::check_schedule(dist::parse_schedule(c.pipeline_schedule), p, c.micro_batches, c.virtual_stages);
   KILN_CHECK(static_cast<int64_t>(p) * c.virtual_stages <= c.gpt.n_layer + 2,
              "--pipeline-stages {} x --virtual-stages {}: the GPT has only {} layers (embedding, {} blocks, head)", p,
@@ -56,14 +71,21 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   check_flags(c);
   if (c.threads > 0) set_num_threads(c.threads);
   auto pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
-  dist::PipelineGroups groups;  // world rank = replica x stages + stage
-  if (c.ddp) {
+  // world rank = (replica x stages + stage) x tensor ranks + tensor rank
+  const dist::ParallelLayout layout(pg->size(), c.tp, c.pipeline_stages);
+  dist::PipelineGroups groups;
+  dist::ParallelGroups groups3d;  // --tp > 1
+  if (c.tp > 1) {
+    groups3d = dist::make_groups(layout);
+    groups = {.pipeline = groups3d.pipeline, .data = groups3d.data, .stage = groups3d.coords.pipeline,
+              .replica = groups3d.coords.data};
+  } else if (c.ddp) {
     groups = dist::pipeline_groups(c.pipeline_stages);
   } else {
     groups.pipeline = pg;
     groups.stage = pg->rank();
   }
-  const int rank = pg->rank(), replicas = pg->size() / c.pipeline_stages, replica = groups.replica;
+  const int rank = pg->rank(), replicas = layout.data(), replica = groups.replica;
   const Device comm = c.device.is_cuda() ? c.device : kCPU;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;
@@ -93,6 +115,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     accept_resumed(c, t, state, mp, out);
   }
   const auto whole_layout = optimizer_layout(c, model->named_parameters());
+  std::vector<std::pair<std::string, Shape>> whole_shapes;
+  for (const auto& [name, p] : model->named_parameters()) whole_shapes.emplace_back(name, p.sizes());
   TrainResult r;
   r.gpt = c.gpt;
   r.rank = rank, r.world_size = pg->size(), r.grad_accum = accum, r.tokens_per_step = budget;
@@ -104,9 +128,17 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   o.virtual_stages = c.virtual_stages;
   o.device = c.device;
   if (replicas > 1) o.data_parallel_group = groups.data;  // gradients averaged over the replicas
-  dist::Pipeline pipe(gpt_layers(*model), groups.pipeline, o);
+  std::shared_ptr<nn::Sequential> layers;
+  if (c.tp > 1) {
+    TensorParallelGPT split(*model, groups3d.tensor);  // every rank's shards, from the whole model
+    layers = tensor_parallel_layers(split, groups3d.tensor);
+  } else {
+    layers = gpt_layers(*model);
+  }
+  dist::Pipeline pipe(layers, groups.pipeline, o);
   model.reset();  // this stage keeps its own layers only
-  TiedHead tie(pipe, replicas);
+  layers.reset();
+  TiedHead tie = c.tp > 1 ? TiedHead(pipe, layout) : TiedHead(pipe, replicas);
   const int64_t n_layer = c.gpt.n_layer;
   nn::NamedTensors named;
   for (auto& [local, p] : pipe.stage_module().named_parameters()) {
@@ -114,15 +146,24 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     named.emplace_back(name.empty() ? kHeadCopy : name, p);
   }
   auto opt = make_optimizer(c, named);
-  const StageOptimizerMap opt_map(whole_layout, optimizer_layout(c, named));
+  const auto stage_layout = optimizer_layout(c, named);
+  const StageOptimizerMap opt_map(whole_layout, stage_layout);
+  std::vector<std::string> stage_names;  // the stage optimizer's parameters by index
+  for (const auto& group : stage_layout) stage_names.insert(stage_names.end(), group.begin(), group.end());
   if (!c.resume.empty()) {
-    opt->load_state_dict(opt_map.to_stage(resumed_optimizer));
+    optim::StateDict stage_state = opt_map.to_stage(resumed_optimizer);
+    if (c.tp > 1) stage_state = tensor_parallel_stage_state(stage_state, stage_names, *groups3d.tensor);
+    opt->load_state_dict(stage_state);
     resumed_optimizer.clear();
     restore_stage_generator(pipe, state);
   }
   const int used_threads = get_num_threads() * pg->size();
   r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
   if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  out << "parallel layout: " << layout.describe();
+  if (c.tp > 1)
+    out << fmt::format("tensor parallel: {} ranks ({} heads, {} vocabulary rows each)\n", c.tp, c.gpt.n_head / c.tp,
+                       c.gpt.vocab_size / c.tp);
   out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; pipeline: {} stages ({}), "
                      "{} micro-batches, {}{}, layers {} (embedding, blocks, head); {} tokens per step = {} x {} tokens "
                      "x {} micro-steps{}\n",
@@ -143,6 +184,11 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
                        n.to(kCPU).item<double>(), n_layer);
   }
 
+  // The loss of the last stage's logits: whole, or this tensor rank's vocabulary columns.
+  auto loss_of = [&](const Tensor& logits, const Tensor& y) {
+    if (c.tp == 1) return GPT::loss(logits, y);
+    return dist::tp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}), groups3d.tensor);
+  };
   auto evaluate = [&]() {
     NoGradGuard g;
     pipe.stage_module().eval();
@@ -153,7 +199,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       Batch b = sequential_batch(data.val, ids, c.batch_size, t, i * replicas + replica);
       amp::AutocastGuard autocast = mp.autocast();
       Tensor logits = pipe.forward(pipe.is_first() ? b.x.to(c.device) : Tensor());
-      if (pipe.is_last()) sum += GPT::loss(logits, b.y.to(c.device)).item<double>();
+      if (pipe.is_last()) sum += loss_of(logits, b.y.to(c.device)).item<double>();
     }
     pipe.stage_module().train();
     const std::vector<double> all = pipe.from_last_stage({sum, static_cast<double>(n)});
@@ -163,7 +209,11 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     if (c.save.empty()) return;
     state.extra["gpt"] = run_signature(c, t);
     mp.save(state);
-    if (replica == 0) save_pipeline_checkpoint(pipe, c.save, opt_map, *opt, state);  // the replicas are equal
+    if (c.tp > 1)
+      save_tensor_parallel_pipeline_checkpoint(pipe, groups3d, c.save, c, whole_shapes, whole_layout, opt_map,
+                                               stage_names, *opt, state);
+    else if (replica == 0)
+      save_pipeline_checkpoint(pipe, c.save, opt_map, *opt, state);  // the replicas are equal
     r.checkpoints += 1;
     out << fmt::format("saved {} at step {} (merged: weights and optimizer state, the GPT's names)\n", c.save,
                        state.step);
@@ -172,7 +222,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
-    return mp.scaler().scale(GPT::loss(logits, y) / static_cast<double>(accum));
+    return mp.scaler().scale(loss_of(logits, y) / static_cast<double>(accum));
   };
   while (state.step < last) {
     const int64_t step = state.step;
@@ -189,7 +239,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     }
     tie.sync_gradients();
     if (mp.scaler().is_enabled()) mp.scaler().unscale_(*opt);
-    const double norm = tie.clip_grad_norm(c.grad_clip);
+    const double norm = c.tp > 1 ? tie.clip_grad_norm(c.grad_clip, *groups3d.tensor,
+                                                      [&](const std::string& global) {
+                                                        const std::string name = gpt_name(global, n_layer);
+                                                        return models::gpt::parameter_split(name.empty() ? "wte.weight" : name).dim < 0;
+                                                      })
+                                 : tie.clip_grad_norm(c.grad_clip);
     const double lr = lr_at(c, step);
     opt->set_lr(lr);
     mp.step(*opt);
@@ -207,10 +262,16 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
   save();
+  const std::string merged = c.save.empty() ? c.save_hf + "/kiln-merged.tmp.safetensors" : c.save;
+  if (!c.save_hf.empty() && c.save.empty() && c.tp > 1) {  // a collective over every rank
+    std::error_code racing;
+    std::filesystem::create_directories(c.save_hf, racing);
+    save_tensor_parallel_pipeline_checkpoint(pipe, groups3d, merged, c, whole_shapes, whole_layout, opt_map,
+                                             stage_names, *opt, state);
+  }
   if (!c.save_hf.empty() && replica == 0) {
     // The merged weights (--save's file, or one written for this and removed) into a whole model.
-    const std::string merged = c.save.empty() ? c.save_hf + "/kiln-merged.tmp.safetensors" : c.save;
-    if (c.save.empty()) {
+    if (c.save.empty() && c.tp == 1) {
       std::error_code racing;  // every stage makes it; the others' attempts may fail
       std::filesystem::create_directories(c.save_hf, racing);
       dist::save_merged_checkpoint(pipe, merged, state, [&](const std::string& global) { return gpt_name(global, n_layer); });

@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/distributed_checkpoint.h"
 #include "train/gpt_pipeline.h"
+#include "train/gpt_sharded.h"
 #include "train/mixed_precision.h"
 #include "train/run_monitor.h"
 #include "train/zero_checkpoint.h"
@@ -53,10 +54,13 @@ void accept_resumed(const TrainConfig& c, int64_t t, const train::TrainingState&
   out << fmt::format("resumed from {} at step {}\n", c.resume, state.step);
 }
 
+bool weight_decayed(const std::string& name, int64_t dim) {
+  return dim >= 2 && !name.starts_with("wte") && !name.starts_with("wpe");
+}
+
 std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::NamedTensors& named) {
   std::vector<Tensor> decay, no_decay;
-  for (auto& [name, p] : named)
-    (p.dim() >= 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
+  for (auto& [name, p] : named) (weight_decayed(name, p.dim()) ? decay : no_decay).push_back(p);
   return {{decay, {{"weight_decay", c.weight_decay}}}, {no_decay, {{"weight_decay", 0.0}}}};
 }
 
@@ -125,7 +129,10 @@ double lr_at(const TrainConfig& c, int64_t step) {
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
-  if (config.pipeline_stages > 1) return train_pipeline(config, log);
+  KILN_CHECK(config.zero >= 0 && config.zero <= 3,
+             "--zero {}: the stages are 1 (optimizer state), 2 (and gradients) and 3 (and parameters)", config.zero);
+  if (config.pipeline_stages > 1) return train_pipeline(config, log);  // with --tp: 3D
+  if (is_sharded(config)) return train_sharded(config, log);
   TrainConfig c = config;
   if (c.threads > 0) set_num_threads(c.threads);
   const bool hf = !c.init_from_hf.empty();
@@ -135,7 +142,6 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch/launch --nproc-per-node N -- "
              "bazel-bin/examples/gpt --ddp ...`");
-  KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
   KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
   if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
@@ -327,6 +333,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"pipeline_stages", c.pipeline_stages},
       {"virtual_stages", c.pipeline_stages > 1 ? c.virtual_stages : 1},
       {"zero", c.zero},
+      {"tp", c.tp},
       {"amp", c.amp},
       {"steps", r.steps_done},
       {"skipped_steps", r.skipped_steps},

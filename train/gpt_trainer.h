@@ -2,7 +2,8 @@
 // LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
 // accumulation up to a token budget per step, bf16 autocast, data parallel under
 // //distributed/launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
-// checkpoints that resume exactly, a sample at the end.
+// checkpoints that resume exactly, a sample at the end. Pipelines (and 3D with --tp):
+// gpt_pipeline.h; tensor parallel and FSDP (--tp, --zero 2|3): gpt_sharded.h.
 #pragma once
 
 #include <chrono>
@@ -52,10 +53,15 @@ struct TrainConfig {
   int micro_batches = 1;            // pipeline micro-batches per --batch-size batch
   std::string pipeline_schedule = "1f1b";
   int virtual_stages = 1;            // --pipeline-schedule interleaved: model chunks per rank
-  /// ZeRO stage under `ddp`: 0 (off) or 1 (dist::ZeroRedundancyOptimizer: each rank keeps the AdamW
+  /// ZeRO stage under `ddp`: 0 (off), 2 or 3 (FSDP, below) or 1 (dist::ZeroRedundancyOptimizer: each rank keeps the AdamW
   /// state of 1/N of the parameters; gradients reduce-scattered, parameters all-gathered). Its
   /// checkpoints are consolidated: a plain --ddp run resumes them and vice versa.
   int zero = 0;
+  /// --tp: tensor-parallel ranks (Megatron's split of heads, MLP features and vocabulary);
+  /// with zero 2 (dist::ShardingStrategy::kShardGradOp) or 3 (kFullShard, --fsdp) the model is
+  /// fully sharded over the data-parallel ranks instead of replicated (gpt_sharded.h).
+  int tp = 1;
+  bool sequence_parallel = false;  // --sequence-parallel (with --tp): LayerNorms on 1/T of the sequence
   uint64_t seed = 1337;
   int threads = 0;
   Device device;
@@ -98,6 +104,8 @@ double lr_at(const TrainConfig& c, int64_t step);
 /// Trains as configured, progress to `log` (rank 0 only). Throws kiln::Error on bad input.
 TrainResult train(const TrainConfig& config, std::ostream& log);
 
+/// The decay rule: the matrices of the linear layers (`dim` >= 2, not wte or wpe).
+bool weight_decayed(const std::string& name, int64_t dim);
 /// AdamW's two groups over parameters named as in the GPT: weight decay on the matrices of the
 /// linear layers only (not biases, LayerNorms or the embeddings, the tied head included).
 std::vector<optim::ParamGroup> param_groups(const TrainConfig& c, const nn::NamedTensors& named);

@@ -297,18 +297,57 @@ double FullyShardedDataParallel::clip_grad_norm_(double max_norm, double norm_ty
   return dist::clip_grad_norm_(shards(), max_norm, *pg_, norm_type);
 }
 
-nn::StateDict FullyShardedDataParallel::full_state_dict() {
+nn::StateDict FullyShardedDataParallel::gather_by_name(const std::vector<Tensor>& flat_shards) {
+  KILN_CHECK(flat_shards.size() == state_->units.size(), "FullyShardedDataParallel::gather_by_name: {} tensors for {} units",
+             flat_shards.size(), state_->units.size());
   NoGradGuard no_grad;
   nn::StateDict out;
   for (size_t u = 0; u < state_->units.size(); ++u) {
-    Unit& un = state_->units[u];
-    Tensor whole = empty({un.info.padded}, TensorOptions().device(un.shard.device()));
-    pg_->allgather_into_tensor(whole, un.shard.detach())->wait();
-    for (size_t i = 0; i < un.params.size(); ++i) {
-      const int64_t n = un.params[i].numel();
-      out[un.info.names[i]] = whole.narrow(0, un.offsets[i], n).reshape(un.info.shapes[i]).clone();
-    }
+    const Unit& un = state_->units[u];
+    const Tensor& part = flat_shards[u];
+    KILN_CHECK(part.dim() == 1 && part.numel() == un.shard.numel(),
+               "FullyShardedDataParallel::gather_by_name: unit {} ('{}') takes {} elements per rank, got {}", u,
+               un.info.path, un.shard.numel(), part.shape_str());
+    Tensor whole = empty({un.info.padded}, TensorOptions().dtype(part.dtype()).device(part.device()));
+    pg_->allgather_into_tensor(whole, part.detach().contiguous())->wait();
+    for (size_t i = 0; i < un.params.size(); ++i)
+      out[un.info.names[i]] = whole.narrow(0, un.offsets[i], un.params[i].numel()).reshape(un.info.shapes[i]).clone();
   }
+  return out;
+}
+
+std::vector<Tensor> FullyShardedDataParallel::shard_by_name(const nn::StateDict& by_name) const {
+  for (const Unit& un : state_->units)
+    for (size_t i = 0; i < un.params.size(); ++i) {
+      auto it = by_name.find(un.info.names[i]);
+      KILN_CHECK(it != by_name.end(), "FullyShardedDataParallel: missing '{}'", un.info.names[i]);
+      KILN_CHECK(it->second.sizes() == un.info.shapes[i], "FullyShardedDataParallel: '{}' is {}, the model's {}",
+                 un.info.names[i], it->second.sizes(), un.info.shapes[i]);
+    }
+  NoGradGuard no_grad;
+  const int world = pg_->size(), rank = pg_->rank();
+  std::vector<Tensor> out;
+  for (const Unit& un : state_->units) {
+    const DType dtype = un.params.empty() ? kFloat32 : by_name.at(un.info.names[0]).dtype();
+    Tensor whole = zeros({un.info.padded}, TensorOptions().dtype(dtype).device(state_->device));
+    for (size_t i = 0; i < un.params.size(); ++i)
+      whole.narrow(0, un.offsets[i], un.params[i].numel()).copy_(by_name.at(un.info.names[i]).reshape({-1}));
+    const int64_t chunk = un.info.padded / world;
+    out.push_back(whole.narrow(0, rank * chunk, chunk).clone());
+  }
+  return out;
+}
+
+std::vector<Tensor> FullyShardedDataParallel::shard_masks(const std::function<double(const std::string&)>& value) const {
+  nn::StateDict by_name;
+  for (const Unit& un : state_->units)
+    for (size_t i = 0; i < un.params.size(); ++i)
+      by_name[un.info.names[i]] = full(un.info.shapes[i], value(un.info.names[i]));
+  return shard_by_name(by_name);
+}
+
+nn::StateDict FullyShardedDataParallel::full_state_dict() {
+  nn::StateDict out = gather_by_name(shards());
   for (auto& [name, b] : model_->named_buffers()) out[name] = b.clone();
   return out;
 }
@@ -322,15 +361,9 @@ void FullyShardedDataParallel::load_full_state_dict(const nn::StateDict& state) 
                  "FullyShardedDataParallel::load_full_state_dict: '{}' is {} in the file, {} in the model",
                  un.info.names[i], it->second.sizes(), un.info.shapes[i]);
     }
+  const std::vector<Tensor> values = shard_by_name(state);
   NoGradGuard no_grad;
-  const int world = pg_->size(), rank = pg_->rank();
-  for (Unit& un : state_->units) {
-    Tensor whole = zeros({un.info.padded}, TensorOptions().device(state_->device));
-    for (size_t i = 0; i < un.params.size(); ++i)
-      whole.narrow(0, un.offsets[i], un.params[i].numel()).copy_(state.at(un.info.names[i]).reshape({-1}));
-    const int64_t chunk = un.info.padded / world;
-    un.shard.detach().copy_(whole.narrow(0, rank * chunk, chunk));
-  }
+  for (size_t u = 0; u < state_->units.size(); ++u) state_->units[u].shard.detach().copy_(values[u]);
   for (auto& [name, b] : model_->named_buffers()) {
     auto it = state.find(name);
     if (it != state.end()) b.detach().copy_(it->second);

@@ -25,6 +25,7 @@
 // Checkpoints: distributed/fsdp/fsdp_checkpoint.h (sharded, reshardable; consolidated export).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,19 @@ class FullyShardedDataParallel : public nn::Module {
   /// Loads whole parameters by name (a one-process state_dict) into this rank's shards. Not a
   /// collective. Throws naming a missing key or a shape mismatch before changing anything.
   void load_full_state_dict(const nn::StateDict& state);
+
+  /// Tensors laid out as shards() (one per unit, this rank's slice of its flat vector: AdamW's
+  /// moments, say) gathered and cut back into the model's parameters, by name and shape. A
+  /// collective. full_state_dict() is this over shards(), plus the buffers.
+  nn::StateDict gather_by_name(const std::vector<Tensor>& flat_shards);
+  /// The inverse, on this rank alone: tensors by parameter name (every name of every unit, in
+  /// its shape) flattened as the units are, and this rank's slice of each unit taken (zeros in
+  /// the padding). Throws naming a missing key or a shape mismatch.
+  std::vector<Tensor> shard_by_name(const nn::StateDict& by_name) const;
+  /// For each shard, a tensor of its shape holding value(name) over the elements of parameter
+  /// `name` and 0 over the padding: per-element weights for what flattening mixed (a weight
+  /// decay that spares biases and LayerNorms, a norm that counts a replicated parameter once).
+  std::vector<Tensor> shard_masks(const std::function<double(const std::string& name)>& value) const;
 
   struct UnitInfo {
     std::string path;  // "" for the root, else "h.3"

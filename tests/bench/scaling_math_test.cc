@@ -99,5 +99,47 @@ TEST_CASE("predict_zero_step_with: reduce-scatter overlapped, 1/n of the optimiz
   CHECK_THROWS_AS(predict_zero_step_with(p, rs, ag, 0), kiln::Error);
 }
 
+TEST_CASE("tensor-parallel and FSDP communication: 4 all-reduces per layer; 2 all-gathers and a reduce-scatter per unit") {
+  const AlphaBeta link{0, 1e9};
+  // 2 ranks: an all-reduce of 1 MB moves 2 x 1/2 MB at 1 GB/s = 1 ms; 3 layers x 4 = 12 ms.
+  CHECK(tp_comm_seconds(link, 2, 3, 1e6) == doctest::Approx(12e-3));
+  CHECK(tp_comm_seconds(link, 1, 3, 1e6) == 0);
+  // 4 ranks, 2 units of 4 MB: each gather or reduce-scatter 3 α + 3/4 x 4 MB / 1 GB/s = 3.003 ms.
+  CHECK(fsdp_comm_seconds({1e-6, 1e9}, 4, 2, 8e6, 8e6) == doctest::Approx(2 * 3 * 3.003e-3));
+  CHECK_THROWS_WITH_AS(fsdp_comm_seconds(link, 4, 0, 8e6, 8e6), doctest::Contains("0 units"), kiln::Error);
+}
+
+TEST_CASE("predict_sharded_step: DDP, FSDP across nodes and tensor parallel within one, by hand") {
+  // 1e9 parameters, 10 layers of 1000, 1000 tokens: 6.12e9 FLOPs per token; 1000 tokens per GPU
+  // at 1 PFLOP/s x 0.5: 12.24 ms of compute. bf16 (2 bytes): 2 GB of parameters.
+  const TransformerShape m{1e9, 10, 1000, 1000};
+  CHECK(m.flops_per_token() == doctest::Approx(6.12e9));
+  const ClusterSpec c{1e15, 0.5, 8, {0, 100e9}, {0, 10e9}};
+  // DDP on 16 (two nodes: the network): all-reduce 2 x 15/16 x 2 GB / 10 GB/s = 375 ms, backward
+  // hides 8.16 ms of it, the last layer's 37.5 ms is exposed.
+  ShardedStepPrediction ddp = predict_sharded_step(m, c, {1, 16, false}, 1000, 2);
+  CHECK(ddp.compute_s == doctest::Approx(12.24e-3));
+  CHECK(ddp.dp_comm_s == doctest::Approx(0.375));
+  CHECK(ddp.exposed_s == doctest::Approx(0.375 - 8.16e-3 + 0.0375));
+  CHECK(ddp.step_s == doctest::Approx(0.41658));
+  CHECK(ddp.mfu == doctest::Approx(6.12e12 / (0.41658 * 1e15)));
+  CHECK(ddp.state_bytes == doctest::Approx(16e9));
+  // FSDP on 16: per layer two gathers and a reduce-scatter of 200 MB, 18.75 ms each: 562.5 ms,
+  // compute hides 12.24, the first gather and the last reduce-scatter (37.5 ms) are exposed.
+  ShardedStepPrediction fsdp = predict_sharded_step(m, c, {1, 16, true}, 1000, 2);
+  CHECK(fsdp.dp_comm_s == doctest::Approx(0.5625));
+  CHECK(fsdp.step_s == doctest::Approx(0.6));
+  CHECK(fsdp.mfu == doctest::Approx(0.0102));
+  CHECK(fsdp.state_bytes == doctest::Approx(1e9));
+  // TP 8 in one node: 4 x 10 all-reduces of 8 x 1000 x 1000 x 2 bytes over NVLink (0.28 ms each).
+  ShardedStepPrediction tp = predict_sharded_step(m, c, {8, 1, false}, 1000, 2);
+  CHECK(tp.tp_s == doctest::Approx(0.0112));
+  CHECK(tp.exposed_s == 0);
+  CHECK(tp.step_s == doctest::Approx(0.02344));
+  CHECK(tp.state_bytes == doctest::Approx(2e9));
+  CHECK_THROWS_WITH_AS(predict_sharded_step(m, c, {16, 1, false}, 1000, 2), doctest::Contains("beyond a node of 8"),
+                       kiln::Error);
+}
+
 }  // namespace
 }  // namespace kiln::bench

@@ -2,7 +2,7 @@
 # //bench:scaling_model end to end: it recovers α and B from all-reduce, reduce-scatter and
 # all-gather lines made from known values, predicts DDP and ZeRO-1 lines against measured ones
 # (with compute it times itself, and with the compute a ddp_bench line gives: the formula's
-# value), prints the 8-512 GPU projection, and refuses bad input with a message naming it;
+# value), prints the 8-512 GPU projection and the 8-1,024 H100 one past data parallel, and refuses bad input with a message naming it;
 # ddp_bench's lines carry the compute the model needs.
 # Arguments: the scaling_model and ddp_bench binaries.
 set -u
@@ -103,6 +103,19 @@ awk -v e="$eff" 'BEGIN { exit !(e > 50 && e <= 100) }' || fail "ResNet-50 at 512
 zero=$(echo "$out" | grep -E 'ResNet-50.* 512 ' | grep -oE '[0-9.]+%$' | tr -d %)
 awk -v e="$eff" -v z="$zero" 'BEGIN { exit !(z > 0 && z < e) }' ||
   fail "ResNet-50 at 512 GPUs: ZeRO-1 efficiency '$zero' (its all-gather is not overlapped: below DDP's $eff)"
+
+# Past data parallel: 2 models x 8 sizes (8-1,024) x 3 layouts; MFU never above the kernels' 60 %;
+# the 7B model's DDP state (16 bytes x 6.7e9) does not fit 80 GB, FSDP's does; Megatron beside it.
+sharded=$(echo "$out" | grep -E '^ +(GPT-2 1\.5B|7B) +(8|16|32|64|128|256|512|1024) +(DDP|FSDP|TP 8 x FSDP) ')
+rows=$(echo "$sharded" | grep -c .)
+[ "$rows" -eq 48 ] || fail "sharded projection has $rows rows, want 48"
+echo "$sharded" | awk '{ m = $(NF-2); sub("%", "", m); if (m + 0 <= 0 || m + 0 > 60.0001) bad = 1 } END { exit bad }' ||
+  fail "an MFU outside (0, 60 %]"
+echo "$sharded" | grep -qE '^ +7B +64 +DDP .* 107\.2 +no$' || fail "7B DDP on 64 GPUs: 107.2 GB of state, not fitting"
+echo "$sharded" | grep -qE '^ +7B +64 +FSDP .* 1\.7 +yes$' || fail "7B FSDP on 64 GPUs: 1.7 GB of state"
+echo "$sharded" | grep -qE '^ +GPT-2 1\.5B +8 +TP 8 x FSDP +[0-9.]+ +[1-9][0-9.]+ +0\.0 ' ||
+  fail "GPT-2 1.5B TP 8 on one node: tensor-parallel time and no data-parallel time"
+echo "$out" | grep -q "1T on 3,072 GPUs 52 %" || fail "no Megatron-LM figures beside the projection"
 
 err=$("$model" --allreduce "$dir/missing.jsonl" 2>&1)
 rc=$?

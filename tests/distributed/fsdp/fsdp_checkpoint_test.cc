@@ -1,7 +1,8 @@
 // FSDP checkpoints across world sizes: 2 ranks train 2 steps and save sharded (and consolidated);
 // 3 ranks load that (and the reverse, 3 -> 2), train 2 more steps, and end where one process
 // training on the same batches for 4 steps ends (parameters and AdamW's moments resharded). The
-// consolidated file loads into a plain model. A missing shard is named.
+// consolidated file loads into a plain model. A missing shard is named. The by-name views of the
+// shards (gather_by_name, shard_by_name, shard_masks) round-trip.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -79,6 +80,47 @@ TEST_CASE("an FSDP checkpoint written by 2 ranks resumes on 3, and one by 3 on 2
     test::require_all_ok(test::run_ranks(a, [&](int r, int w) { first_half(r, w, dir); }, 120, "fsdp_save"));
     test::require_all_ok(test::run_ranks(b, [&](int r, int w) { second_half(r, w, dir, a); }, 120, "fsdp_load"));
   }
+}
+
+TEST_CASE("gather_by_name, shard_by_name and shard_masks map FSDP's flat shards to parameters and back (3 ranks)") {
+  test::require_all_ok(test::run_ranks(3, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(5);
+    auto net = std::make_shared<test::FsdpNet>();
+    nn::StateDict want;
+    for (auto& [name, p] : net->named_parameters()) want[name] = p.detach().clone();
+    dist::FullyShardedDataParallel fsdp(net, pg, {.units = {"h"}});
+    const nn::StateDict got = fsdp.gather_by_name(fsdp.shards());
+    expect(got.size() == want.size(), "{} names gathered, {} parameters", got.size(), want.size());
+    for (auto& [name, w] : want)
+      expect((got.at(name) - w).abs().max().item<float>() == 0, "gathered {} differs from the model's", name);
+    const std::vector<Tensor> back = fsdp.shard_by_name(want), shards = fsdp.shards();
+    for (size_t u = 0; u < shards.size(); ++u)
+      expect((back[u] - shards[u].detach()).abs().max().item<float>() == 0, "rank {}: unit {}'s shard differs", rank, u);
+    // A mask: 1 over the biases, 0 over the weights and the padding.
+    const std::vector<Tensor> masks = fsdp.shard_masks([](const std::string& name) { return name.ends_with(".bias") ? 1.0 : 0.0; });
+    int64_t biases = 0;
+    for (auto& [name, m] : fsdp.gather_by_name(masks)) {
+      const float v = name.ends_with(".bias") ? 1.f : 0.f;
+      expect((m - v).abs().max().item<float>() == 0, "mask of {} is not {}", name, v);
+      if (v == 1.f) biases += m.numel();
+    }
+    double mine = 0;
+    for (const Tensor& m : masks) mine += m.sum().item<double>();
+    Tensor total = full({1}, mine, TensorOptions().dtype(kFloat64));
+    pg->allreduce(total)->wait();
+    expect(total.item<double>() == static_cast<double>(biases), "the masks hold {} ones over {} ranks, the biases {} "
+           "elements (padding must be 0)", total.item<double>(), world, biases);
+    nn::StateDict missing = want;
+    missing.erase("h.0.fc.weight");
+    std::string error;
+    try {
+      fsdp.shard_by_name(missing);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    expect(error.find("missing 'h.0.fc.weight'") != std::string::npos, "error: '{}'", error);
+  }, 120, "fsdp_by_name"));
 }
 
 TEST_CASE("a missing FSDP shard file is named") {

@@ -1,7 +1,8 @@
 // The GPT split over 2 and 4 real processes (TensorParallelGPT, Gloo on 127.0.0.1) against the
 // same GPT whole in one process: this rank's logits are its vocabulary columns of the whole
 // model's, the loss is the same, every parameter's gradient is its shard of the whole model's,
-// and three AdamW steps follow the same losses. Layouts that cannot split name the numbers.
+// and three AdamW steps follow the same losses; shard_of / whole_of cut and rebuild each
+// parameter exactly. Layouts that cannot split name the numbers.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -58,6 +59,15 @@ void gpt_matches(int rank, int world, bool sequence_parallel) {
   manual_seed(31);
   GPT whole(tiny());
   TensorParallelGPT split(whole, pg, sequence_parallel);
+  // parameter_split says how each parameter was split: shard_of cuts the whole one to this rank's,
+  // whole_of puts the ranks' shards back together, both exactly.
+  std::map<std::string, Tensor> whole_params;
+  for (auto& [name, p] : whole.named_parameters()) whole_params[name] = p.detach();
+  for (auto& [name, p] : split.named_parameters()) {
+    const Tensor& w = whole_params.at(name);
+    expect(max_diff(models::gpt::shard_of(name, w, *pg), p.detach()) == 0, "{}: shard_of differs from the split", name);
+    expect(max_diff(models::gpt::whole_of(name, p.detach(), *pg), w) == 0, "{}: whole_of differs from the whole", name);
+  }
   Generator g(8);
   Tensor idx = randint(0, 64, {2, 12}, kInt64, &g), targets = randint(0, 64, {2, 12}, kInt64, &g);
 
