@@ -36,8 +36,8 @@ std::shared_ptr<data::TensorDataset> pad_images(std::shared_ptr<data::TensorData
              "mnist: {}x{} images do not pad evenly to the model's {}x{}", h, w, side, side);
   const double black = (0.0 - data::kFashionMnistNormalization.mean) / data::kFashionMnistNormalization.std;
   const int64_t ph = (side - h) / 2, pw = (side - w) / 2;
-  return std::make_shared<data::TensorDataset>(nn::functional::pad(ds->data(), {pw, pw, ph, ph}, PadMode::constant, black),
-                                               ds->targets());
+  Tensor padded = nn::functional::pad(ds->data(), {pw, pw, ph, ph}, PadMode::constant, black);
+  return std::make_shared<data::TensorDataset>(padded, ds->targets());
 }
 
 }  // namespace
@@ -51,9 +51,8 @@ Datasets load_datasets(const TrainConfig& c) {
     train = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
                                                   full_train->targets().narrow(0, 0, c.limit_train));
   const int64_t side = models::input_size(c.model);
-  return {pad_images(train, side),
-          pad_images(std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization),
-                     side)};
+  auto test = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization);
+  return {pad_images(train, side), pad_images(test, side)};
 }
 
 Device rank_device(const TrainConfig& c, const char* what) {

@@ -39,8 +39,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 /// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
 /// group, each rank evaluates its contiguous slice and the sums are all-reduced.
-std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::TensorDataset>& ds, Device device,
-                                   dist::ProcessGroup* pg) {
+std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::TensorDataset>& ds,
+                                   Device device, dist::ProcessGroup* pg) {
   NoGradGuard g;
   model.eval();
   std::shared_ptr<data::Dataset> part = ds;

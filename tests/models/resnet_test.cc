@@ -20,7 +20,8 @@ namespace {
 std::set<std::string> torchvision_keys() {
   std::set<std::string> keys{"conv1.weight", "fc.weight", "fc.bias"};
   auto bn = [&](const std::string& p) {
-    for (const char* s : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}) keys.insert(p + "." + s);
+    for (const char* s : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"})
+      keys.insert(p + "." + s);
   };
   bn("bn1");
   for (int layer = 1; layer <= 4; ++layer)
@@ -169,5 +170,6 @@ TEST_CASE("bad options and inputs are refused, naming the value") {
   CHECK_THROWS_WITH(ResNet(ResNetOptions{.width = 0}), doctest::Contains("width must be positive, got 0"));
   CHECK_THROWS_WITH(ResNet(ResNetOptions{.num_classes = -1}), doctest::Contains("num_classes must be positive"));
   ResNet m(fashion(4));
-  CHECK_THROWS_WITH(m(randn({2, 3, 32, 32})), doctest::Contains("ResNet: expected input [N, 1, H, W], got shape [2, 3, 32, 32]"));
+  CHECK_THROWS_WITH(m(randn({2, 3, 32, 32})),
+                    doctest::Contains("ResNet: expected input [N, 1, H, W], got shape [2, 3, 32, 32]"));
 }

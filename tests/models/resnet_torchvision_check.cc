@@ -7,6 +7,7 @@
 //   buffers:       max |kiln - torch| <= 1e-5 * max(1, max |torch|); num_batches_tracked equal
 //     resnet_torchvision_check DIR      exit 0: all matched
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -24,18 +25,22 @@ double max_abs(const Tensor& t) { return t.to(kFloat64).abs().max().item<double>
 struct Report {
   int failures = 0;
   double worst = 0;  // the largest diff / tolerance seen
-  void check(const std::string& what, const Tensor& got, const Tensor& want, double tol, bool print = true) {
+  /// Compares and returns max |got - want| / tol (0 when both are 0; a mismatch counts a failure).
+  double check(const std::string& what, const Tensor& got, const Tensor& want, double tol, bool print = true) {
     if (got.sizes() != want.sizes()) {
       std::fprintf(stderr, "%s: shape %s vs torchvision's %s\n", what.c_str(), fmt::format("{}", got.sizes()).c_str(),
                    fmt::format("{}", want.sizes()).c_str());
       ++failures;
-      return;
+      return INFINITY;
     }
     const double diff = max_abs(got.to(kFloat64) - want.to(kFloat64));
-    worst = std::max(worst, diff / tol);
+    const double ratio = diff == 0 ? 0.0 : tol > 0 ? diff / tol : INFINITY;
+    worst = std::max(worst, ratio);
     const bool ok = diff <= tol;
-    if (print || !ok) std::printf("  %-36s max |diff| %.3g (tolerance %.3g)%s\n", what.c_str(), diff, tol, ok ? "" : "  MISMATCH");
+    if (print || !ok)
+      std::printf("  %-36s max |diff| %.3g (tolerance %.3g)%s\n", what.c_str(), diff, tol, ok ? "" : "  MISMATCH");
     failures += !ok;
+    return ratio;
   }
 };
 
@@ -76,24 +81,20 @@ int main(int argc, char** argv) {
     r.check("train loss", loss.detach().reshape({1}), e.tensors.at("loss"), logit_tol("loss"));
     double worst_grad = 0;
     std::string worst_name;
+    int grads = 0;
     for (const auto& [name, p] : model.named_parameters()) {
       const Tensor& want = e.tensors.at("grad/" + name);
-      const double tol = 1e-4 * max_abs(want) + 1e-7;
-      const double before = r.worst;
-      r.worst = 0;
-      r.check("grad " + name, p.grad(), want, tol, /*print=*/false);
-      if (r.worst > worst_grad) worst_grad = r.worst, worst_name = name;
-      r.worst = std::max(before, r.worst);
+      const double ratio = r.check("grad " + name, p.grad(), want, 1e-4 * max_abs(want) + 1e-7, /*print=*/false);
+      if (ratio > worst_grad) worst_grad = ratio, worst_name = name;
+      ++grads;
     }
-    std::printf("  %-36s worst diff / tolerance %.3g (%s)\n", "gradients (62 tensors)", worst_grad, worst_name.c_str());
+    std::printf("  %-36s worst diff / tolerance %.3g (%s)\n", fmt::format("gradients ({} tensors)", grads).c_str(),
+                worst_grad, worst_name.c_str());
     int buffers = 0;
     for (const auto& [name, b] : model.named_buffers()) {
       const Tensor& want = e.tensors.at("after/" + name);
-      if (b.dtype() == kInt64) {
-        r.check("buffer " + name, b, want, 0.0, /*print=*/false);
-      } else {
-        r.check("buffer " + name, b, want, 1e-5 * std::max(1.0, max_abs(want)), /*print=*/false);
-      }
+      const double tol = b.dtype() == kInt64 ? 0.0 : 1e-5 * std::max(1.0, max_abs(want));  // counts: exact
+      r.check("buffer " + name, b, want, tol, /*print=*/false);
       ++buffers;
     }
     std::printf("  %-36s %d compared after the train-mode forward\n", "BatchNorm buffers", buffers);
