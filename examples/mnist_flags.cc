@@ -3,16 +3,20 @@
 
 #include "core/matmul_precision.h"
 #include "train/graph_step.h"
+#include "models/build_model.h"
 #include "models/mlp_cnn.h"
 #include "examples/pipeline_flags.h"
 
 namespace kiln::examples {
 
 void MnistFlags::declare(CLI::App& app) {
-  app.add_option("--model", c.model, "model to train")->check(cli::one_of({"mlp", "cnn"}));
+  app.add_option("--model", c.model, "model to train (resnet18: ResNet-18 on the images padded to 32x32)")
+      ->check(cli::one_of({"mlp", "cnn", "resnet18"}));
+  width = app.add_option("--width", c.width, "resnet18: channels of layer1, doubled at each stage (torchvision: 64)")
+              ->check(cli::range<int64_t>(1, 4096));
   app.add_option("--epochs", c.epochs, "epochs to train")->check(cli::range<int64_t>(1, 1000));
   app.add_option("--batch-size", c.batch_size, "batch size")->check(cli::range<int64_t>(1, 1 << 20));
-  lr = app.add_option("--lr", c.lr, "learning rate (default 0.05 for sgd, 1e-3 for adam/adamw)")
+  lr = app.add_option("--lr", c.lr, fmt::format("learning rate (default {} for sgd, 1e-3 for adam/adamw)", sgd_lr))
            ->check(cli::range(0.0, 100.0));
   app.add_option("--optimizer", c.optimizer, "optimizer (sgd: with momentum 0.9)")
       ->check(cli::one_of({"sgd", "adam", "adamw"}));
@@ -88,13 +92,14 @@ void MnistFlags::declare(CLI::App& app) {
 }
 
 std::string MnistFlags::finish() {
-  if (lr->count() == 0) c.lr = c.optimizer == "sgd" ? 0.05 : 1e-3;
+  if (lr->count() == 0) c.lr = c.optimizer == "sgd" ? sgd_lr : 1e-3;
   c.device = device.empty() ? best_device() : Device(device);
   if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))
     return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
   if (c.auto_resume && c.save.empty()) return "--auto-resume needs --save (the checkpoint to resume from)";
   if (c.save_every > 0 && c.save.empty()) return "--save-every needs --save (where to write)";
   if (c.dropout > 0 && c.model != "mlp") return "--dropout applies to --model mlp only";
+  if (width->count() > 0 && c.model != "resnet18") return "--width applies to --model resnet18 only";
   if (c.amp == "none" && c.amp_mode == "o2")
     return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
   if (std::string problem = check_pipeline(); !problem.empty()) return problem;
@@ -113,6 +118,9 @@ std::string MnistFlags::check_pipeline() const {
     for (CLI::Option* o : {micro_batches, pipeline_schedule, pipeline_balance, virtual_stages})
       if (o->count() > 0) return fmt::format("{} needs --pipeline-stages 2 or more", o->get_name());
   if (p == 1) return {};
+  if (!models::is_sequential_model(c.model))
+    return fmt::format("--pipeline-stages splits a Sequential model (mlp, cnn) into stages; --model {} is not one",
+                       c.model);
   const int64_t layers = static_cast<int64_t>(models::make_model(c.model)->size());
   if (std::string problem = pipeline_split_problem(c.pipeline_schedule, p, m, c.virtual_stages, layers, c.model);
       !problem.empty())

@@ -13,10 +13,12 @@ namespace kiln::examples {
 
 /// Every flag of the main job, declared once: name, destination, help, range or choices.
 struct MnistFlags {
+  /// The defaults: set fields of `c` (and sgd_lr) before declare() to change them (the ResNet recipe does).
   train::TrainConfig c;
+  double sgd_lr = 0.05;  // --lr when neither it nor another optimizer is given
   std::string device, matmul_precision = "highest";
   std::vector<int64_t> profile_steps{5, 2, 5};  // --profile-steps wait,warmup,active
-  CLI::Option *lr = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr,
+  CLI::Option *lr = nullptr, *width = nullptr, *micro_batches = nullptr, *pipeline_schedule = nullptr, *pipeline_balance = nullptr,
              *virtual_stages = nullptr;
 
   /// Adds the flags to `app`, writing into this struct.

@@ -35,7 +35,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 /// Test loss and accuracy: each replica runs its slice of the test set through the stages; the
 /// last stages add up their sums over the replicas and send the result up their pipelines.
-std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::MnistDataset& ds, dist::ProcessGroup* data_pg) {
+std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::TensorDataset& ds, dist::ProcessGroup* data_pg) {
   const int replica = data_pg ? data_pg->rank() : 0, replicas = data_pg ? data_pg->size() : 1;
   const int64_t n = ds.size(), lo = n * replica / replicas, hi = n * (replica + 1) / replicas;
   pipe.stage_module().eval();

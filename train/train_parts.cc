@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "models/build_model.h"
+#include "nn/functional.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 
@@ -23,16 +25,34 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vect
   return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamOptions(c.lr).set_weight_decay(0.01));
 }
 
+namespace {
+
+/// `ds` with its images padded to `side` x `side` by borders of black pixels (the normalised value
+/// of 0, so the border looks like the images' own background); `ds` itself when it has that size.
+std::shared_ptr<data::TensorDataset> pad_images(std::shared_ptr<data::TensorDataset> ds, int64_t side) {
+  const int64_t h = ds->data().size(2), w = ds->data().size(3);
+  if (h == side && w == side) return ds;
+  KILN_CHECK(h <= side && w <= side && (side - h) % 2 == 0 && (side - w) % 2 == 0,
+             "mnist: {}x{} images do not pad evenly to the model's {}x{}", h, w, side, side);
+  const double black = (0.0 - data::kFashionMnistNormalization.mean) / data::kFashionMnistNormalization.std;
+  const int64_t ph = (side - h) / 2, pw = (side - w) / 2;
+  Tensor padded = nn::functional::pad(ds->data(), {pw, pw, ph, ph}, PadMode::constant, black);
+  return std::make_shared<data::TensorDataset>(padded, ds->targets());
+}
+
+}  // namespace
+
 Datasets load_datasets(const TrainConfig& c) {
   KILN_CHECK(std::filesystem::is_directory(c.data_dir), "mnist: data directory '{}' does not exist (use --data-dir)",
              c.data_dir);
   auto full_train = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/true, data::kFashionMnistNormalization);
-  Datasets d{full_train,
-             std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization)};
+  std::shared_ptr<data::TensorDataset> train = full_train;
   if (c.limit_train > 0 && c.limit_train < full_train->size())
-    d.train = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
-                                                    full_train->targets().narrow(0, 0, c.limit_train));
-  return d;
+    train = std::make_shared<data::TensorDataset>(full_train->data().narrow(0, 0, c.limit_train),
+                                                  full_train->targets().narrow(0, 0, c.limit_train));
+  const int64_t side = models::input_size(c.model);
+  auto test = std::make_shared<data::MnistDataset>(c.data_dir, /*train=*/false, data::kFashionMnistNormalization);
+  return {pad_images(train, side), pad_images(test, side)};
 }
 
 Device rank_device(const TrainConfig& c, const char* what) {

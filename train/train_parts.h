@@ -26,9 +26,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vect
 
 struct Datasets {
   std::shared_ptr<data::Dataset> train;  // the first limit_train images when set
-  std::shared_ptr<data::MnistDataset> test;
+  std::shared_ptr<data::TensorDataset> test;
 };
-/// Reads Fashion-MNIST (or MNIST) from config.data_dir; throws naming a missing directory.
+/// Reads Fashion-MNIST (or MNIST) from config.data_dir; throws naming a missing directory. For a
+/// model that takes 32x32 images (resnet18) both sets are padded with black borders of 2 pixels,
+/// as torchvision's transforms.Pad(2) before Normalize.
 Datasets load_datasets(const TrainConfig& c);
 
 /// The device of this rank in a multi-process job: on GPUs one per rank of this node

@@ -17,7 +17,8 @@
 #include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/data_parallel/zero.h"
 #include "distributed/debug/traced_process_group.h"
-#include "models/mlp_cnn.h"
+#include "models/build_model.h"
+#include "nn/nn.h"
 #include "train/checkpoint.h"
 #include "train/distributed_checkpoint.h"
 #include "train/graph_step.h"
@@ -38,8 +39,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 /// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
 /// group, each rank evaluates its contiguous slice and the sums are all-reduced.
-std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::MnistDataset>& ds, Device device,
-                                   dist::ProcessGroup* pg) {
+std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::TensorDataset>& ds,
+                                   Device device, dist::ProcessGroup* pg) {
   NoGradGuard g;
   model.eval();
   std::shared_ptr<data::Dataset> part = ds;
@@ -101,7 +102,7 @@ class Run {
   std::ostream& log_;
   std::ostream quiet_{nullptr};
   Datasets sets_;
-  std::shared_ptr<nn::Sequential> model_;
+  nn::ModulePtr<> model_;  // models::build_model(c_.model)
   MixedPrecision mp_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::shared_ptr<dist::ProcessGroup> pg_;
@@ -135,7 +136,7 @@ Run::Run(const TrainConfig& config, std::ostream& log)
 
 void Run::build_model() {
   manual_seed(static_cast<uint64_t>(c_.seed));
-  model_ = models::make_model(c_.model, c_.dropout);
+  model_ = models::build_model(c_.model, {.dropout = c_.dropout, .width = c_.width});
   model_->to(c_.device);
   mp_.prepare_model(*model_);
   KILN_CHECK(c_.zero == 0 || c_.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c_.zero);
@@ -211,11 +212,14 @@ void Run::make_loader() {
   loader_ = std::make_unique<data::DataLoader>(sets_.train, lo);
   // The schedule is a closed form of the global step, so a resumed run continues it exactly.
   cosine_ = std::make_unique<optim::CosineAnnealingLR>(*opt_, std::max<int64_t>(c_.epochs * loader_->size(), 1));
-  // FLOPs of one sample's forward, counted by the profiler's kernel hooks.
+  // FLOPs of one sample's forward, counted by the profiler's kernel hooks; in eval mode, so that
+  // BatchNorm's running statistics (a resumed run's included) are not moved by this sample.
+  model_->eval();
   const double flops = forward_flops([&] {
     amp::AutocastGuard autocast = mp_.autocast();
     model_->forward(sets_.train->get_batch({0}).data.to(c_.device));
   });
+  model_->train();
   monitor_ = std::make_unique<RunMonitor>(monitor_config(c_), rank_, flops, c_.device.is_cuda(), out());
   profiler::reset_peak(c_.device.type);
   checkpoints_ = std::make_unique<StepCheckpoints>(c_, pg_.get());
@@ -381,6 +385,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (const std::string problem = cuda_graph_problem(config); !problem.empty()) fail("{}", problem);
   KILN_CHECK(config.zero == 0 || config.pipeline_stages == 1,
              "--zero 1 is for data parallel alone, not with --pipeline-stages {}", config.pipeline_stages);
+  KILN_CHECK(config.pipeline_stages == 1 || models::is_sequential_model(config.model),
+             "--pipeline-stages {} splits a Sequential model into stages (mlp, cnn); --model {} is not one: "
+             "train it in one process or with --ddp",
+             config.pipeline_stages, config.model);
   if (config.pipeline_stages > 1) return train_pipeline(config, log);
   return Run(config, log).train();
 }
@@ -419,6 +427,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"peak_memory_bytes", r.peak_memory_bytes},
       {"cuda_graph", c.cuda_graph},
   };
+  if (c.model == "resnet18") line["width"] = c.width;
   if (c.cuda_graph) line["graph_replays"] = r.graph_replays;
   if (r.mfu >= 0) line["mfu"] = r.mfu;
   if (c.pipeline_stages > 1) {

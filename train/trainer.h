@@ -11,7 +11,10 @@
 namespace kiln::train {
 
 struct TrainConfig {
+  /// "mlp", "cnn" or "resnet18" (models/build_model.h; ResNet-18 gets the images padded to 32x32).
   std::string model = "mlp";
+  /// ResNet-18's base width: the channels of layer1, doubled by each later stage (torchvision: 64).
+  int64_t width = 16;
   int64_t epochs = 3;
   int64_t batch_size = 128;
   double lr = 0.05;

@@ -24,13 +24,15 @@ expect() {  # expect <exit code> <text in stderr> -- args...
 }
 
 expect 2 "not expected: 1 --bogus" -- --bogus 1
-expect 2 "--model: must be one of mlp|cnn, got 'resnet'" -- --model resnet
+expect 2 "--model: must be one of mlp|cnn|resnet18, got 'resnet'" -- --model resnet
 expect 2 "--epochs: expects an integer, got 'three'" -- --epochs three
 expect 2 "--epochs: must be in [1, 1000], got 0" -- --epochs 0
 expect 2 "--lr: expects a number, got 'fast'" -- --lr fast
 expect 2 "--save-every needs --save" -- --save-every 10
 expect 2 "--auto-resume needs --save" -- --auto-resume
 expect 2 "--dropout applies to --model mlp only" -- --model cnn --dropout 0.1
+expect 2 "--width applies to --model resnet18 only" -- --model cnn --width 32
+expect 2 "--width: must be in [1, 4096], got 0" -- --model resnet18 --width 0
 expect 2 "--timeout: must be in" -- --timeout 0
 expect 2 "--save-every: must be in" -- --save-every -1
 expect 2 "--lr: expects a number, got 'nan'" -- --lr nan
@@ -49,6 +51,7 @@ expect 2 "--amp-mode: must be one of o1|o2, got 'o3'" -- --amp bf16 --amp-mode o
 expect 2 "--amp-mode o2 needs --amp f16 or --amp bf16" -- --amp-mode o2
 expect 2 "--pipeline-stages 7: the mlp has only 6 layers" -- --pipeline-stages 7
 expect 2 "--pipeline-stages: must be in [1, 64], got 0" -- --pipeline-stages 0
+expect 2 "--model resnet18 is not one" -- --model resnet18 --pipeline-stages 2
 expect 2 "--batch-size 100 does not split into --micro-batches 8" -- --pipeline-stages 2 --micro-batches 8 --batch-size 100
 expect 2 "--micro-batches needs --pipeline-stages 2 or more" -- --micro-batches 4
 expect 2 "--pipeline-schedule: must be one of gpipe|1f1b|interleaved, got 'zb'" -- --pipeline-stages 2 --pipeline-schedule zb
@@ -60,7 +63,7 @@ expect 2 "--cuda-graph needs a CUDA device (--device cuda); this run is on cpu" 
 # --help lists every flag once, with its range or choices, and exits 0.
 help=$("$bin" --help 2>&1)
 code=$?
-for want in "--epochs" "--matmul-precision" "--ddp" "--pipeline-stages" "gpipe|1f1b" "mlp|cnn" "in [1, 1000]"; do
+for want in "--epochs" "--matmul-precision" "--ddp" "--pipeline-stages" "gpipe|1f1b" "mlp|cnn|resnet18" "--width" "in [1, 1000]"; do
   if [ "$code" -ne 0 ] || [[ "$help" != *"$want"* ]]; then
     echo "FAIL: mnist --help -> exit $code, no '$want' in: $help"
     failures=$((failures + 1))
