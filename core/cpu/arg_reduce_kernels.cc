@@ -75,8 +75,8 @@ template <bool IsMax, class T> void arg_reduce_typed(Tensor& out, const Tensor& 
   Walker w(ks, kx, ko);
   w.seek(0);
   for (int64_t i = 0; i < O; ++i, w.next()) {
-    std::unique_ptr<A[]> best(new A[get_num_threads()]);
-    std::vector<int64_t> at(get_num_threads());
+    std::unique_ptr<A[]> best(new A[kMaxChunks]);
+    std::vector<int64_t> at(kMaxChunks);
     int k = run_chunks(D, kGrainSize, [&](int c, int64_t b, int64_t e) {
       arg_scan<IsMax>(p + w.off0(), sd, b, e, best[c], at[c]);
     });

@@ -1,12 +1,23 @@
-// CPU flash attention (core/ops/attention.h has the contract). The forward runs one task per
-// (batch, head, block of kBr queries) on the thread pool: it walks the keys in tiles of kBc with an
-// online softmax (running max m and sum l per row, the output rescaled when m grows), so the
-// [Tq, Tk] probabilities never exist beyond one [kBr, kBc] tile. The backward runs one task per
-// (batch, head) when there are enough heads for the threads: for each key tile it recomputes
-// P = exp(S - lse) for every query tile and accumulates dV, dK for the key tile and dQ for the
-// query tile. With fewer heads than threads it runs dK/dV over (head, key tile) tasks, then dQ
-// over (head, query tile) tasks. No two tasks write the same gradient rows. GEMMs are core/cpu/gemm.h's serial
-// kernels; row operations are Eigen arrays (vectorised exp). f16/bf16 compute in f32.
+// CPU flash attention (core/ops/attention.h has the contract), its time in a few large GEMMs
+// rather than many tile-sized ones.
+//
+// Forward: one task per (batch, head, block of kBr queries). The block's scores against a whole
+// chunk of up to kKeyChunk keys come from one GEMM, then one GEMM multiplies the probabilities by
+// the chunk's values; an online softmax (running max m and sum l per row, the output rescaled
+// when m grows) joins chunks when there are more keys than one chunk (T > kKeyChunk). It keeps
+// the log-sum-exp per query for backward; [Tq, Tk] probabilities never exist.
+//
+// Backward: walks blocks of kBc keys; for a key block it takes every query that sees it
+// (causal: those from the block's first key on) in chunks of up to kQueryChunk, recomputes the
+// transposed probabilities P^T = exp(S^T - lse) [keys, queries] with one GEMM, dP^T = V dO^T with
+// another, and then dV += P^T dO and dK += dS^T Q (each a GEMM whose inner dimension is the
+// query count) and dQ += dS K. Scratch per thread: two or three [kBc, kQueryChunk] tiles.
+// With at least kOnePassHeads heads (batch x heads) there is one task per head; with fewer, dK/dV
+// run over (head, key block) tasks and dQ over (head, query block) tasks, recomputing the scores.
+// The choice depends on the shape, never on the thread count, and no two tasks write the same
+// gradient rows, so gradients are bit-identical at any thread count.
+// GEMMs are core/cpu/gemm.h's serial kernels; row operations are Eigen arrays (vectorised exp).
+// f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -24,21 +35,29 @@
 namespace kiln::cpu {
 namespace {
 
-constexpr int64_t kBr = 64;  // queries per tile
-constexpr int64_t kBc = 64;  // keys per tile
+constexpr int64_t kBr = 64;            // forward: queries per task
+constexpr int64_t kKeyChunk = 512;     // forward: keys per scores GEMM
+constexpr int64_t kBc = 64;            // backward: keys per block
+constexpr int64_t kQueryChunk = 1024;  // backward: queries per GEMM
+constexpr int64_t kOnePassHeads = 16;  // backward: heads (B x H) from which each head is one task
 
 template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 /// Scratch tiles aligned to Eigen's packets: where a row starts decides which elements take the
-/// scalar path of exp and sum, and so the last bits of the result. Aligned, the result does not
-/// depend on which thread (or allocation) ran the tile.
+/// scalar path of exp and sum, and so the last bits of the result. Aligned (and every row of a
+/// tile starting at a multiple of 16 elements), the result does not depend on which thread (or
+/// allocation) ran the tile.
 template <class T> using Buffer = std::vector<T, Eigen::aligned_allocator<T>>;
 template <class T> using RowMap = Eigen::Map<Arr<T>>;
+template <class T> using ConstRowMap = Eigen::Map<const Arr<T>>;
+
+/// Row stride of a scratch tile holding n columns: n rounded up to 16 elements (64 bytes).
+inline int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
 };
 
-/// Reads a [kBr, kBc] tile of the mask (any strides) as additive values (0 or -inf for bool).
+/// Reads the mask (any strides) as additive values (0 or -inf for bool).
 template <class T> struct MaskReader {
   const Tensor* mask = nullptr;
   bool is_bool = false;
@@ -52,44 +71,38 @@ template <class T> struct MaskReader {
     base = m.data_ptr();
     sb = m.stride(0), sh = m.stride(1), si = m.stride(2), sj = m.stride(3);
   }
-  /// row[c] += mask(b, h, i, j0 + c) for c < n.
-  void add_row(T* row, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n) const {
-    const int64_t o = b * sb + h * sh + i * si + j0 * sj;
+  /// row[c] += mask(b, h, i0 + c * di, j0 + c * dj) for c < n: along keys (di 0, dj 1) or along
+  /// queries (di 1, dj 0).
+  void add(T* row, int64_t b, int64_t h, int64_t i0, int64_t j0, int64_t di, int64_t dj, int64_t n) const {
+    const int64_t o = b * sb + h * sh + i0 * si + j0 * sj, step = di * si + dj * sj;
     if (is_bool) {
       const bool* m = static_cast<const bool*>(base) + o;
       for (int64_t c = 0; c < n; ++c)
-        if (!m[c * sj]) row[c] = -std::numeric_limits<T>::infinity();
+        if (!m[c * step]) row[c] = -std::numeric_limits<T>::infinity();
     } else {
       const T* m = static_cast<const T*>(base) + o;
-      if (sj == 1) RowMap<T>(row, n) += Eigen::Map<const Arr<T>>(m, n);
-      else for (int64_t c = 0; c < n; ++c) row[c] += m[c * sj];
+      if (step == 1) RowMap<T>(row, n) += ConstRowMap<T>(m, n);
+      else for (int64_t c = 0; c < n; ++c) row[c] += m[c * step];
     }
   }
 };
 
-/// keep[c] = the dropout keep factor (0 or 1 / (1 - p)) of element e0 + c, c < n.
-template <class T> void dropout_row(T* keep, const AttentionParams& p, uint32_t thr, int64_t e0, int64_t n) {
+/// keep[c] = the dropout keep factor (0 or 1 / (1 - p)) of element e0 + c * step, c < n.
+template <class T>
+void dropout_keep(T* keep, const AttentionParams& p, uint32_t thr, int64_t e0, int64_t step, int64_t n) {
   const T inv = T(1) / static_cast<T>(1.0 - p.dropout_p);
+  if (step != 1) {
+    for (int64_t c = 0; c < n; ++c) {
+      const uint64_t e = static_cast<uint64_t>(e0 + c * step);
+      keep[c] = philox4x32(p.seed, p.offset + e / 4)[e % 4] >= thr ? inv : T(0);
+    }
+    return;
+  }
   int64_t c = 0;
   while (c < n) {
     const uint64_t e = static_cast<uint64_t>(e0 + c);
     const auto w = philox4x32(p.seed, p.offset + e / 4);
     for (uint64_t k = e % 4; k < 4 && c < n; ++k, ++c) keep[c] = w[k] >= thr ? inv : T(0);
-  }
-}
-
-/// S[r, c] = scale * q_r . k_c (+ mask), -inf where causal forbids; r < nr, c < nc, row stride kBc.
-template <class T>
-void scores(T* S, const T* Q, const T* K, const Dims& d, const AttentionParams& p, const MaskReader<T>& mask,
-            int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
-  gemm<T>(nr, nc, d.D, {Q, true, d.D}, {K, false, d.D}, S, kBc, false);
-  const T scale = static_cast<T>(p.scale);
-  for (int64_t r = 0; r < nr; ++r) {
-    T* row = S + r * kBc;
-    RowMap<T>(row, nc) *= scale;
-    if (mask.mask) mask.add_row(row, b, h, i0 + r, j0, nc);
-    if (p.causal)
-      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < nc; ++c) row[c] = -std::numeric_limits<T>::infinity();
   }
 }
 
@@ -99,8 +112,10 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
   const int64_t qblocks = (d.Tq + kBr - 1) / kBr;
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
   const T ninf = -std::numeric_limits<T>::infinity();
+  const T scale = static_cast<T>(p.scale);
+  const int64_t ld = padded(std::min(kKeyChunk, d.Tk));  // row stride of the scores tile
   parallel_for(0, d.B * d.H * qblocks, 1, [&](int64_t lo, int64_t hi) {
-    Buffer<T> S(kBr * kBc), O(kBr * d.Dv), keep(kBc);
+    Buffer<T> S(kBr * ld), O(kBr * d.Dv), keep(ld);
     std::vector<T> m(kBr), l(kBr);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBr, nr = std::min(kBr, d.Tq - i0);
@@ -112,12 +127,16 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
       const int64_t jend = p.causal ? std::min(d.Tk, i0 + nr) : d.Tk;
-      for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
-        const int64_t nc = std::min(kBc, jend - j0);
-        scores(S.data(), Q, K + j0 * d.D, d, p, mask, b, h, i0, nr, j0, nc);
+      for (int64_t j0 = 0; j0 < jend; j0 += kKeyChunk) {
+        const int64_t nc = std::min(kKeyChunk, jend - j0);
+        // S = Q K^T for the whole chunk in one GEMM.
+        gemm<T>(nr, nc, d.D, {Q, true, d.D}, {K + j0 * d.D, false, d.D}, S.data(), ld, false);
         for (int64_t r = 0; r < nr; ++r) {
-          RowMap<T> row(S.data() + r * kBc, nc);
-          RowMap<T> o(O.data() + r * d.Dv, d.Dv);
+          RowMap<T> row(S.data() + r * ld, nc);
+          row *= scale;
+          if (mask.mask) mask.add(row.data(), b, h, i0 + r, j0, 0, 1, nc);
+          if (p.causal)
+            for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < nc; ++c) row[c] = ninf;
           const T mx = std::max(m[r], row.maxCoeff());
           if (mx == ninf) {  // nothing to attend to yet in this row
             row.setZero();
@@ -127,13 +146,14 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
           row = (row - mx).exp();
           l[r] = l[r] * alpha + row.sum();
           m[r] = mx;
-          if (alpha != T(1)) o *= alpha;
+          if (alpha != T(1)) RowMap<T>(O.data() + r * d.Dv, d.Dv) *= alpha;
           if (p.dropout_p > 0) {
-            dropout_row(keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, nc);
+            dropout_keep(keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, 1, nc);
             row *= RowMap<T>(keep.data(), nc);
           }
         }
-        gemm<T>(nr, d.Dv, nc, {S.data(), true, kBc}, {V + j0 * d.Dv, true, d.Dv}, O.data(), d.Dv, true);
+        // O += P V for the whole chunk in one GEMM.
+        gemm<T>(nr, d.Dv, nc, {S.data(), true, ld}, {V + j0 * d.Dv, true, d.Dv}, O.data(), d.Dv, true);
       }
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t i = i0 + r;
@@ -153,26 +173,27 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
 /// The backward's operands and options, shared by its tasks.
 template <class T> struct BackwardArgs {
   T *gq, *gk, *gv, *gmask;
-  const T *go, *q, *k, *v, *out, *lse;
+  const T *go, *q, *k, *v, *out;
+  const T* lse;   // [B * H * Tq], +inf where the forward's was -inf (a row with no key: P = 0)
   const T* dsum;  // [B * H * Tq]: dO_i . O_i
   const MaskReader<T>* mask;
   Dims d;
   AttentionParams p;
 };
 
-/// Per-thread tiles of the backward.
+/// Per-thread tiles of the backward: [kBc, kQueryChunk] each.
 template <class T> struct BackwardScratch {
   Buffer<T> P, dP, Pd, keep;
   explicit BackwardScratch(bool dropout)
-      : P(kBr * kBc), dP(kBr * kBc), Pd(dropout ? kBr * kBc : 0), keep(kBc) {}
+      : P(kBc * kQueryChunk), dP(kBc * kQueryChunk), Pd(dropout ? kBc * kQueryChunk : 0), keep(kQueryChunk) {}
 };
 
-/// One (query tile, key tile) pair of head bh: recomputes P = exp(S - lse) and dS = P (dP - D),
-/// then accumulates dV and dK of the key tile (with_kv, also writing the mask's gradient) and dQ
-/// of the query tile (with_q).
+/// Key block [j0, j0 + nc) of head bh against queries [q0, q1): recomputes P^T and dS^T in
+/// chunks of queries, then accumulates dV and dK of the key block (with_kv, also writing the
+/// mask's gradient) and dQ of the queries (with_q).
 template <class T>
-void backward_tile(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh, int64_t i0, int64_t nr, int64_t j0,
-                   int64_t nc, bool with_kv, bool with_q) {
+void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh, int64_t j0, int64_t nc, int64_t q0,
+                    int64_t q1, bool with_kv, bool with_q) {
   const Dims& d = a.d;
   const AttentionParams& p = a.p;
   const int64_t b = bh / d.H, h = bh % d.H;
@@ -180,38 +201,49 @@ void backward_tile(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh, 
   const T *GO = a.go + bh * d.Tq * d.Dv, *L = a.lse + bh * d.Tq, *Dsum = a.dsum + bh * d.Tq;
   const T scale = static_cast<T>(p.scale);
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
-  T *P = w.P.data(), *dP = w.dP.data();
-  scores(P, Q + i0 * d.D, K + j0 * d.D, d, p, *a.mask, b, h, i0, nr, j0, nc);
-  // dP = dO V^T
-  gemm<T>(nr, nc, d.Dv, {GO + i0 * d.Dv, true, d.Dv}, {V + j0 * d.Dv, false, d.Dv}, dP, kBc, false);
-  for (int64_t r = 0; r < nr; ++r) {
-    RowMap<T> pr(P + r * kBc, nc), dpr(dP + r * kBc, nc);
-    const T li = L[i0 + r];
-    if (li == -std::numeric_limits<T>::infinity()) pr.setZero();
-    else pr = (pr - li).exp();
-    if (p.dropout_p > 0) {
-      dropout_row(w.keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, nc);
-      RowMap<T> kr(w.keep.data(), nc);
-      RowMap<T>(w.Pd.data() + r * kBc, nc) = pr * kr;
-      dpr *= kr;
+  for (int64_t i0 = q0; i0 < q1; i0 += kQueryChunk) {
+    const int64_t nq = std::min(kQueryChunk, q1 - i0), ld = padded(nq);
+    T *P = w.P.data(), *dP = w.dP.data();
+    // S^T = K Q^T and dP^T = V dO^T: [keys, queries], one GEMM each.
+    gemm<T>(nc, nq, d.D, {K + j0 * d.D, true, d.D}, {Q + i0 * d.D, false, d.D}, P, ld, false);
+    gemm<T>(nc, nq, d.Dv, {V + j0 * d.Dv, true, d.Dv}, {GO + i0 * d.Dv, false, d.Dv}, dP, ld, false);
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t j = j0 + c;
+      RowMap<T> pr(P + c * ld, nq), dpr(dP + c * ld, nq);
+      pr *= scale;
+      if (a.mask->mask) a.mask->add(pr.data(), b, h, i0, j, 1, 0, nq);
+      pr = (pr - ConstRowMap<T>(L + i0, nq)).exp();
+      if (p.causal) {  // query i sees key j only when j <= i
+        const int64_t hidden = std::clamp<int64_t>(j - i0, 0, nq);
+        std::fill(pr.data(), pr.data() + hidden, T(0));
+      }
+      if (p.dropout_p > 0) {
+        dropout_keep(w.keep.data(), p, thr, (bh * d.Tq + i0) * d.Tk + j, d.Tk, nq);
+        RowMap<T> kr(w.keep.data(), nq);
+        RowMap<T>(w.Pd.data() + c * ld, nq) = pr * kr;
+        dpr *= kr;
+      }
+      dpr = pr * (dpr - ConstRowMap<T>(Dsum + i0, nq));  // dS, the gradient of the masked scores
+      if (with_kv && a.gmask) {
+        T* gm = a.gmask + (bh * d.Tq + i0) * d.Tk + j;
+        for (int64_t r = 0; r < nq; ++r) gm[r * d.Tk] = dpr[r];
+      }
+      dpr *= scale;
     }
-    dpr = pr * (dpr - Dsum[i0 + r]);  // dS, the gradient of the masked scores
-    if (with_kv && a.gmask)
-      std::copy(dP + r * kBc, dP + r * kBc + nc, a.gmask + ((bh * d.Tq) + i0 + r) * d.Tk + j0);
-    dpr *= scale;
+    // dV += P^T dO and dK += dS^T Q (inner dimension: the queries), dQ += dS K (dS scaled).
+    if (with_kv) {
+      const T* Pv = p.dropout_p > 0 ? w.Pd.data() : P;
+      gemm<T>(nc, d.Dv, nq, {Pv, true, ld}, {GO + i0 * d.Dv, true, d.Dv}, a.gv + (bh * d.Tk + j0) * d.Dv, d.Dv,
+              true);
+      gemm<T>(nc, d.D, nq, {dP, true, ld}, {Q + i0 * d.D, true, d.D}, a.gk + (bh * d.Tk + j0) * d.D, d.D, true);
+    }
+    if (with_q)
+      gemm<T>(nq, d.D, nc, {dP, false, ld}, {K + j0 * d.D, true, d.D}, a.gq + (bh * d.Tq + i0) * d.D, d.D, true);
   }
-  // dV += P^T dO, dK += dS^T Q, dQ += dS K (dS already scaled)
-  if (with_kv) {
-    const T* Pv = p.dropout_p > 0 ? w.Pd.data() : P;
-    gemm<T>(nc, d.Dv, nr, {Pv, false, kBc}, {GO + i0 * d.Dv, true, d.Dv}, a.gv + (bh * d.Tk + j0) * d.Dv, d.Dv, true);
-    gemm<T>(nc, d.D, nr, {dP, false, kBc}, {Q + i0 * d.D, true, d.D}, a.gk + (bh * d.Tk + j0) * d.D, d.D, true);
-  }
-  if (with_q)
-    gemm<T>(nr, d.D, nc, {dP, true, kBc}, {K + j0 * d.D, true, d.D}, a.gq + (bh * d.Tq + i0) * d.D, d.D, true);
 }
 
-/// First query tile that sees key tile j0 (causal: the diagonal one).
-inline int64_t first_query_tile(int64_t j0, bool causal) { return causal ? (j0 / kBr) * kBr : 0; }
+/// First query that sees key j0 (causal: query j0 itself).
+inline int64_t first_query(int64_t j0, bool causal) { return causal ? j0 : 0; }
 
 template <class T> void backward_typed(const BackwardArgs<T>& a) {
   const Dims& d = a.d;
@@ -219,36 +251,35 @@ template <class T> void backward_typed(const BackwardArgs<T>& a) {
   std::fill(a.gq, a.gq + d.B * d.H * d.Tq * d.D, T(0));
   std::fill(a.gk, a.gk + d.B * d.H * d.Tk * d.D, T(0));
   std::fill(a.gv, a.gv + d.B * d.H * d.Tk * d.Dv, T(0));
-  const int64_t BH = d.B * d.H;
-  if (BH >= get_num_threads()) {
-    // Enough heads for every thread: one task per head, each tile pair visited once.
+  const int64_t BH = d.B * d.H, kt = (d.Tk + kBc - 1) / kBc;
+  if (BH >= kOnePassHeads) {
+    // Enough heads: one task per head, each key block visited once.
     parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
       BackwardScratch<T> w(dropout);
       for (int64_t bh = lo; bh < hi; ++bh)
         for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc)
-          for (int64_t i0 = first_query_tile(j0, a.p.causal); i0 < d.Tq; i0 += kBr)
-            backward_tile(a, w, bh, i0, std::min(kBr, d.Tq - i0), j0, std::min(kBc, d.Tk - j0), true, true);
+          backward_block(a, w, bh, j0, std::min(kBc, d.Tk - j0), first_query(j0, a.p.causal), d.Tq, true, true);
     });
     return;
   }
-  // Few heads: dK/dV over (head, key tile) tasks, then dQ over (head, query tile) tasks; each
-  // tile pair is recomputed twice so that no two tasks write the same gradient rows.
-  const int64_t kt = (d.Tk + kBc - 1) / kBc, qt = (d.Tq + kBr - 1) / kBr;
+  // Few heads: dK/dV over (head, key block) tasks, then dQ over (head, query block) tasks; the
+  // scores are recomputed in the second pass so that no two tasks write the same gradient rows.
   parallel_for(0, BH * kt, 1, [&](int64_t lo, int64_t hi) {
     BackwardScratch<T> w(dropout);
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t bh = t / kt, j0 = (t % kt) * kBc;
-      for (int64_t i0 = first_query_tile(j0, a.p.causal); i0 < d.Tq; i0 += kBr)
-        backward_tile(a, w, bh, i0, std::min(kBr, d.Tq - i0), j0, std::min(kBc, d.Tk - j0), true, false);
+      backward_block(a, w, bh, j0, std::min(kBc, d.Tk - j0), first_query(j0, a.p.causal), d.Tq, true, false);
     }
   });
+  const int64_t qt = (d.Tq + kBr - 1) / kBr;
   parallel_for(0, BH * qt, 1, [&](int64_t lo, int64_t hi) {
     BackwardScratch<T> w(dropout);
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t bh = t / qt, i0 = (t % qt) * kBr, nr = std::min(kBr, d.Tq - i0);
-      const int64_t jend = a.p.causal ? std::min(d.Tk, i0 + nr) : d.Tk;
+      const int64_t bh = t / qt, i0 = (t % qt) * kBr, i1 = std::min(d.Tq, i0 + kBr);
+      const int64_t jend = a.p.causal ? std::min(d.Tk, i1) : d.Tk;
       for (int64_t j0 = 0; j0 < jend; j0 += kBc)
-        backward_tile(a, w, bh, i0, nr, j0, std::min(kBc, d.Tk - j0), false, true);
+        backward_block(a, w, bh, j0, std::min(kBc, d.Tk - j0), std::max(i0, first_query(j0, a.p.causal)), i1,
+                       false, true);
     }
   });
 }
@@ -304,13 +335,17 @@ void attention_backward_kernel(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, T
       for (int64_t i = lo; i < hi; ++i)
         dsum[i] = (Eigen::Map<const Arr<T>>(go + i * d.Dv, d.Dv) * Eigen::Map<const Arr<T>>(o + i * d.Dv, d.Dv)).sum();
     });
+    // A row that attended to nothing (lse -inf) gets P = exp(s - inf) = 0 in every column.
+    std::vector<T, Eigen::aligned_allocator<T>> lse_or_inf(lc.data_ptr<T>(), lc.data_ptr<T>() + rows);
+    for (T& x : lse_or_inf)
+      if (x == -std::numeric_limits<T>::infinity()) x = std::numeric_limits<T>::infinity();
     const BackwardArgs<T> args{gqc.data_ptr<T>(), gkc.data_ptr<T>(), gvc.data_ptr<T>(),
                                gmc.defined() ? gmc.data_ptr<T>() : nullptr, go, qc.data_ptr<T>(), kc.data_ptr<T>(),
-                               vc.data_ptr<T>(), o, lc.data_ptr<T>(), dsum.data(), &mr, d, p};
+                               vc.data_ptr<T>(), o, lse_or_inf.data(), dsum.data(), &mr, d, p};
     backward_typed(args);
   };
   if (gmc.defined() && d.Tq * d.Tk > 0) {
-    // Entries no tile visits (causal is excluded with a mask, so only fully masked rows) stay 0.
+    // Entries no block writes (causal is excluded with a mask, so none but in empty shapes) stay 0.
     std::fill_n(static_cast<char*>(gmc.data_ptr()), gmc.numel() * gmc.element_size(), 0);
   }
   if (cd == kFloat64) run(double{});

@@ -175,13 +175,14 @@ struct BatchSchedule {
   int64_t workers = 1, blocks = 1;
 };
 
-/// One worker when the batch has fewer images than threads or
-/// the problem is too small to be worth waking threads for; otherwise one per thread and up to
-/// `max_blocks` blocks.
+/// min(N, max_blocks) blocks whatever the thread count (the weight gradient's partial sums are
+/// per block); one worker when the batch has fewer images than threads or the problem is too
+/// small to be worth waking threads for, otherwise one per thread.
 BatchSchedule batch_schedule(int64_t N, int64_t work_per_image, int64_t max_blocks) {
   const int64_t nt = get_num_threads();
-  if (nt <= 1 || N < nt || N * work_per_image < (int64_t{1} << 16)) return {};
-  return {nt, std::max(nt, std::min(N, max_blocks))};
+  const int64_t blocks = std::max<int64_t>(1, std::min(N, max_blocks));
+  if (nt <= 1 || N < nt || N * work_per_image < (int64_t{1} << 16)) return {1, blocks};
+  return {std::min(nt, blocks), blocks};
 }
 
 /// Runs body(state, block, n_begin, n_end) for every block; each worker first builds its own
@@ -239,12 +240,15 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
   if (!need_x && !need_w && !need_b) return;
   T* pgx = need_x ? grad_x.data_ptr<T>() : nullptr;
   const int64_t wsize = g.Cout * g.K;
-  // The weight and bias gradients are summed per block of images (a few blocks per thread,
-  // fewer for large weights) and the blocks added in order at the end, so the result does not
-  // depend on which thread ran which block. grad_x alone makes every image a block.
+  // The weight and bias gradients are summed per block of images (up to kWeightBlocks, fewer for
+  // large weights; a number that does not depend on the thread count) and the blocks added in
+  // order at the end, so the result depends neither on which thread ran which block nor on how
+  // many threads there are. grad_x alone makes every image a block.
+  constexpr int64_t kWeightBlocks = 16;
   const int64_t part_bytes = (need_w ? wsize * static_cast<int64_t>(sizeof(T)) : 0) + g.Cout * 8;
-  const int64_t max_blocks =
-      need_w || need_b ? std::min<int64_t>(4 * get_num_threads(), (int64_t{64} << 20) / part_bytes) : g.N;
+  const int64_t max_blocks = need_w || need_b
+                                 ? std::max<int64_t>(1, std::min<int64_t>(kWeightBlocks, (int64_t{64} << 20) / part_bytes))
+                                 : g.N;
   const int64_t work = g.Cout * g.L * (1 + g.K * (need_x + need_w));
   const BatchSchedule sched = batch_schedule(g.N, work, max_blocks);
   std::vector<T> gw_parts(need_w ? sched.blocks * wsize : 0, T(0));

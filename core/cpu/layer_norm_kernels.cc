@@ -48,8 +48,10 @@ template <class T>
 void backward_typed(T* gx, T* gw, T* gb, const T* g, const T* x, const T* mean, const T* rstd, const T* w, int64_t M,
                     int64_t N) {
   const bool need_wb = gw != nullptr || gb != nullptr;
-  // One chunk of rows per thread; with weight/bias gradients each chunk also owns a partial sum.
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), M));
+  // Chunks of rows, their count fixed by M alone; with weight/bias gradients each chunk owns a
+  // partial sum, added in chunk order, so the sums do not depend on the thread count.
+  constexpr int64_t kChunks = 16;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(kChunks, M));
   const int64_t per = (M + chunks - 1) / chunks;
   std::vector<T> partial(need_wb ? static_cast<size_t>(chunks * 2 * N) : 0, T(0));
   const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(per * N, 1));

@@ -183,14 +183,18 @@ void normal_kernel(Tensor& out, Generator& gen, double mean, double std) {
     parallel_for(0, n, kRandomGrain, [&](int64_t b, int64_t e) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         normal_fill<T>(o + b, b, e - b, st, static_cast<T>(mean), static_cast<T>(std));
-      } else {  // 16-bit: draw in float through a small buffer, then round
-        // Pieces end on normal_fill's block edges, so each draws one block, not two, wherever
-        // the thread's range began.
-        float buf[kNormalBlock];
+      } else {  // 16-bit: draw whole blocks in float, round them, keep this range's part
+        // Whole aligned blocks go through the same conversion code at the same place wherever
+        // the thread's range began (core/half.h's array conversions equal the scalar ones too).
+        alignas(64) float buf[kNormalBlock];
+        T rounded[kNormalBlock];
         for (int64_t blk = b, next; blk < e; blk = next) {
-          next = std::min(e, (blk / kNormalBlock + 1) * kNormalBlock);
-          normal_fill<float>(buf, blk, next - blk, st, static_cast<float>(mean), static_cast<float>(std));
-          for (int64_t j = 0; j < next - blk; ++j) o[blk + j] = static_cast<T>(buf[j]);
+          const int64_t g0 = blk - blk % kNormalBlock;
+          next = std::min(e, g0 + kNormalBlock);
+          normal_fill<float>(buf, g0, kNormalBlock, st, static_cast<float>(mean), static_cast<float>(std));
+          if constexpr (std::is_same_v<T, Half>) float_to_half(buf, rounded, kNormalBlock);
+          else float_to_bfloat16(buf, rounded, kNormalBlock);
+          std::copy(rounded + (blk - g0), rounded + (next - g0), o + blk);
         }
       }
     });

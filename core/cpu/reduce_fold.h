@@ -178,13 +178,23 @@ template <ReduceKind K, class A, class To> inline To finish(A acc, int64_t count
   else return static_cast<To>(acc);
 }
 
-/// Splits [0, n) into up to one chunk per thread (each at least `grain` long), runs
-/// f(chunk, begin, end) for each in parallel and returns the number of chunks.
+/// The most chunks run_chunks splits a reduction into: the partial results' arrays hold this many.
+inline constexpr int kMaxChunks = 16;
+
+/// Chunks run_chunks splits [0, n) into: n / grain, 1 to kMaxChunks. A function of n and grain
+/// only, never of the thread count, so a reduction sums in the same order on any pool size.
+inline int chunk_count(int64_t n, int64_t grain) {
+  return static_cast<int>(std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, kMaxChunks));
+}
+
+/// Splits [0, n) into chunk_count(n, grain) chunks, runs f(chunk, begin, end) for each (in
+/// parallel where the pool is free, in order on this thread inside a parallel region) and returns
+/// the number of chunks. Callers combine the chunks' partial results in chunk order.
 template <class F> int run_chunks(int64_t n, int64_t grain, const F& f) {
-  int k = static_cast<int>(std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, get_num_threads()));
-  if (k == 1 || in_parallel_region()) {
-    f(0, int64_t{0}, n);
-    return 1;
+  const int k = chunk_count(n, grain);
+  if (k == 1 || in_parallel_region() || get_num_threads() == 1) {
+    for (int c = 0; c < k; ++c) f(c, n * c / k, n * (c + 1) / k);
+    return k;
   }
   detail::run_chunks(k, [&](int64_t c) { f(static_cast<int>(c), n * c / k, n * (c + 1) / k); });
   return k;

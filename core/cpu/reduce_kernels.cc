@@ -89,7 +89,8 @@ void reduce_inner(To* out, const T* x, const Layout& L) {
     for (int64_t r = rb; r < re; ++r, wr.next()) f.add(base + wr.off0(), run);
     return f.result();
   };
-  if (O >= 2 * get_num_threads() || R < kGrainSize) {
+  // Which of the two ways runs depends on the shape only: they sum in different orders.
+  if (O >= 2 * kMaxChunks || R < kGrainSize) {
     parallel_for(0, O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
       Walker w(L.kept, L.kept_x, L.kept_out);
       w.seek(b);
@@ -99,7 +100,7 @@ void reduce_inner(To* out, const T* x, const Layout& L) {
   }
   // Few long outputs: split each one across threads (within its run, or over its runs) and
   // combine the partial results.
-  std::unique_ptr<A[]> partial(new A[get_num_threads()]);  // not vector<bool>: threads write
+  std::unique_ptr<A[]> partial(new A[kMaxChunks]);  // not vector<bool>: threads write
   Walker w(L.kept, L.kept_x, L.kept_out);
   w.seek(0);
   for (int64_t o = 0; o < O; ++o, w.next()) {
@@ -160,7 +161,7 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
     }
   };
 
-  if (items >= 2 * get_num_threads() || R * M < kGrainSize) {
+  if (items >= 2 * kMaxChunks || R * M < kGrainSize) {
     parallel_for(0, items, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(R * kBlock, 1)),
                  [&](int64_t b, int64_t e) {
       A acc[kBlock];
@@ -174,12 +175,13 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
     return;
   }
   // Few outputs, many rows: each thread folds a share of the rows, then the shares combine.
-  const int nt = get_num_threads();
-  const size_t n_partial = static_cast<size_t>(nt) * items * kBlock;
+  // At least 16 rows a chunk: each chunk's partial row (double) then costs at most 1/8 of its data.
+  const int64_t row_grain = std::max<int64_t>(16, kGrainSize / std::max<int64_t>(M, 1));
+  const size_t n_partial = static_cast<size_t>(chunk_count(R, row_grain)) * items * kBlock;
   std::unique_ptr<A[]> partial(new A[n_partial]);  // not vector<bool>: threads write
   std::fill(partial.get(), partial.get() + n_partial, identity<K, A>());
   std::vector<int64_t> offs(items), lens(items);
-  int k = run_chunks(R, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(M, 1)), [&](int c, int64_t b, int64_t e) {
+  int k = run_chunks(R, row_grain, [&](int c, int64_t b, int64_t e) {
     for (int64_t it = 0; it < items; ++it) {
       int64_t len, off;
       fold(it, b, e, partial.get() + (static_cast<size_t>(c) * items + it) * kBlock, len, off);

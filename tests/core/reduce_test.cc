@@ -4,8 +4,11 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/kernels.h"
+#include "core/parallel.h"
 #include "tests/testing/compare.h"
 
 using namespace kiln;
@@ -139,6 +142,32 @@ TEST_CASE("large reductions take the multi-threaded paths and stay accurate") {
   CHECK_ALLCLOSE(sum(m, {0}), ref_reduce(m, {0}, 0, r_add).reshape({300}), 1e-9, 1e-9);
   CHECK_ALLCLOSE(sum(m, {1}), ref_reduce(m, {1}, 0, r_add).reshape({700}), 1e-9, 1e-9);
   CHECK_ALLCLOSE(sum(m.t(), {0}), ref_reduce(m, {1}, 0, r_add).reshape({700}), 1e-9, 1e-9);
+}
+
+TEST_CASE("reductions give the same bits at 1, 2, 3 and 4 threads (every schedule)") {
+  // f64 sums show any change of order; shapes for each schedule: one long output, a few long
+  // outputs (below and above 2 x the chunk limit), column sums with 1 and several blocks of
+  // columns, BatchNorm-style runs.
+  std::vector<std::pair<Shape, IntList>> cases = {
+      {{1 << 20}, {}},       {{3, 300000}, {1}},  {{40, 40000}, {1}}, {{200000, 5}, {0}},
+      {{1024, 384}, {0}},    {{64, 30000}, {0}},  {{50, 3, 2000}, {0, 2}}};
+  for (auto& [shape, dims] : cases) {
+    Tensor x = randn(shape, kFloat64);
+    auto at = [&](int threads) {
+      const int before = get_num_threads();
+      set_num_threads(threads);
+      std::vector<double> r = sum(x, dims).to_vector<double>();
+      std::vector<double> f = sum(x.to(kFloat32), dims).to_vector<double>();
+      r.insert(r.end(), f.begin(), f.end());
+      set_num_threads(before);
+      return r;
+    };
+    const std::vector<double> one = at(1);
+    for (int t : {2, 3, 4}) {
+      INFO("shape ", shape_str(shape), " threads ", t);
+      CHECK(at(t) == one);
+    }
+  }
 }
 
 TEST_CASE("f32 sums accumulate in more than f32 precision") {

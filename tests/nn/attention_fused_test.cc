@@ -83,6 +83,30 @@ TEST_CASE("fused sdpa matches the composite: boolean and additive masks that bro
   check_against_composite({2, 3, 70, 8}, {2, 3, 90, 8}, {2, 3, 90, 8}, {.attn_mask = randn({2, 3, 70, 90})});
 }
 
+TEST_CASE("fused sdpa matches the composite: T = 1, and T past the kernel's key and query chunks") {
+  manual_seed(13);
+  // One query and one key (causal or not), one query against many keys.
+  check_against_composite({2, 3, 1, 8}, {2, 3, 1, 8}, {2, 3, 1, 8}, {});
+  check_against_composite({2, 3, 1, 8}, {2, 3, 1, 8}, {2, 3, 1, 8}, {.causal = true});
+  check_against_composite({1, 2, 1, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}, {});
+  // T = 1100: more than the forward's 512-key chunks (online softmax across them) and the
+  // backward's 1024-query chunks, not a multiple of either block; with 2 heads (dK/dV and dQ in
+  // separate passes) and with 16 (one task per head).
+  check_against_composite({1, 2, 1100, 8}, {1, 2, 1100, 8}, {1, 2, 1100, 8}, {.causal = true});
+  check_against_composite({2, 8, 1100, 4}, {2, 8, 1100, 4}, {2, 8, 1100, 4}, {.causal = true});
+  check_against_composite({1, 2, 130, 8}, {1, 2, 1100, 8}, {1, 2, 1100, 8}, {});
+  // Many heads, T not a multiple of the blocks, with an additive mask (its gradient too).
+  check_against_composite({2, 8, 70, 8}, {2, 8, 70, 8}, {2, 8, 70, 8}, {.attn_mask = randn({70, 70})});
+}
+
+TEST_CASE("fused sdpa gradcheck in f64: T = 1 and one query against many keys") {
+  manual_seed(20);
+  auto r = check_grad({rnd64({1, 2, 1, 3}), rnd64({1, 2, 1, 3}), rnd64({1, 2, 1, 2})}, {.causal = true}, false);
+  CHECK_MESSAGE(r.ok, r.message);
+  r = check_grad({rnd64({1, 1, 1, 2}), rnd64({1, 1, 70, 2}), rnd64({1, 1, 70, 2})}, {}, false);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("fused sdpa gradcheck in f64: q, k, v with Tq != Tk, custom scale") {
   manual_seed(21);
   auto r = check_grad({rnd64({1, 2, 5, 3}), rnd64({1, 2, 7, 3}), rnd64({1, 2, 7, 4})}, {.scale = 0.7}, false);
@@ -92,6 +116,9 @@ TEST_CASE("fused sdpa gradcheck in f64: q, k, v with Tq != Tk, custom scale") {
 TEST_CASE("fused sdpa gradcheck in f64: causal across a tile edge") {
   manual_seed(22);
   auto r = check_grad({rnd64({1, 1, 67, 2}), rnd64({1, 1, 67, 2}), rnd64({1, 1, 67, 2})}, {.causal = true}, false);
+  CHECK_MESSAGE(r.ok, r.message);
+  // 16 heads: the backward's one-task-per-head schedule.
+  r = check_grad({rnd64({2, 8, 66, 1}), rnd64({2, 8, 66, 1}), rnd64({2, 8, 66, 1})}, {.causal = true}, false);
   CHECK_MESSAGE(r.ok, r.message);
 }
 
@@ -191,7 +218,7 @@ TEST_CASE("fused sdpa keeps no [Tq, Tk] probabilities for backward") {
   CHECK(fused_peak < comp_peak / 4);
 }
 
-TEST_CASE("fused sdpa gradients are bit-identical whatever the thread count (per-head and per-tile schedules)") {
+TEST_CASE("fused sdpa gradients are bit-identical whatever the thread count (both backward schedules)") {
   manual_seed(43);
   Tensor q = randn({1, 2, 150, 16}).requires_grad_(), k = randn({1, 2, 150, 16}).requires_grad_(),
          v = randn({1, 2, 150, 16}).requires_grad_(), add = randn({150, 150}).requires_grad_();
@@ -209,9 +236,26 @@ TEST_CASE("fused sdpa gradients are bit-identical whatever the thread count (per
     return g;
   };
   for (bool causal : {true, false}) {
-    auto one = grads(1, causal), four = grads(4, causal);  // 2 heads: per-head with 1 thread, per-tile with 4
-    for (size_t i = 0; i < one.size(); ++i) CHECK(max_diff(one[i], four[i]) == 0.0);
+    auto one = grads(1, causal), three = grads(3, causal), four = grads(4, causal);  // 2 heads: two passes
+    for (size_t i = 0; i < one.size(); ++i) {
+      CHECK(max_diff(one[i], three[i]) == 0.0);
+      CHECK(max_diff(one[i], four[i]) == 0.0);
+    }
   }
+  // 16 heads: one task per head.
+  Tensor q16 = randn({2, 8, 90, 8}).requires_grad_(), k16 = randn({2, 8, 90, 8}).requires_grad_(),
+         v16 = randn({2, 8, 90, 8}).requires_grad_();
+  auto grads16 = [&](int threads) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    F::scaled_dot_product_attention(q16, k16, v16, {.causal = true}).square().sum().backward();
+    set_num_threads(before);
+    std::vector<Tensor> g = {q16.grad(), k16.grad(), v16.grad()};
+    for (Tensor t : {q16, k16, v16}) t.set_grad(Tensor());
+    return g;
+  };
+  auto one = grads16(1), three = grads16(3);
+  for (size_t i = 0; i < one.size(); ++i) CHECK(max_diff(one[i], three[i]) == 0.0);
 }
 
 TEST_CASE("fused sdpa: bad arguments name the op and the values") {
