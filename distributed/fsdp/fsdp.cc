@@ -36,6 +36,11 @@ struct FullyShardedDataParallel::State {
   bool armed = false, callback_queued = false, in_finish = false;
   size_t next_launch = 0;
   std::vector<size_t> launch_order;  // the units in reverse, then the root
+  /// Launched units whose reduce-scatter is not folded into the shard's gradient yet, oldest
+  /// first. At most kMaxInFlight stay: each holds its unit's whole gradient (grad_flat), so
+  /// unbounded, a step's peak held the whole model's gradient, as ZeRO-2 without sharding would.
+  std::vector<size_t> in_flight;
+  static constexpr size_t kMaxInFlight = 2;
 
   int world() const { return pg->size(); }
 
@@ -72,6 +77,7 @@ struct FullyShardedDataParallel::State {
     stats.reduce_scatters = stats.launched_during_backward = 0;  // FsdpStats: the last backward's
     callback_queued = in_finish = false;
     next_launch = 0;
+    in_flight.clear();
     for (Unit& un : units) {
       un.pending = 0;
       for (const Tensor& p : un.params) un.pending += p.requires_grad() ? 1 : 0;
@@ -132,21 +138,32 @@ struct FullyShardedDataParallel::State {
     un.rs_work = pg->reduce_scatter_tensor(un.grad_out, un.grad_flat, ReduceOp::kSum);
     if (!in_finish) ++stats.launched_during_backward;
     if (u != 0) free(u);
+    in_flight.push_back(u);
+    while (in_flight.size() > kMaxInFlight) {
+      fold(in_flight.front());
+      in_flight.erase(in_flight.begin());
+    }
+  }
+
+  /// Waits for unit u's reduce-scatter, adds its mean into the shard's gradient and frees the
+  /// unit's whole gradient.
+  void fold(size_t u) {
+    Unit& un = units[u];
+    NoGradGuard no_grad;
+    un.rs_work->wait();
+    un.rs_work.reset();
+    Tensor g = un.grad_out / Scalar(static_cast<double>(world()));
+    if (un.shard.grad().defined()) un.shard.grad().add_(g);
+    else un.shard.set_grad(g);
+    un.grad_flat = un.grad_out = Tensor();
   }
 
   void finish() {
     in_finish = true;
     for (Unit& un : units) un.ready = true;  // a unit without gradients reduces zeros
     launch_ready();
-    NoGradGuard no_grad;
-    for (Unit& un : units) {
-      un.rs_work->wait();
-      un.rs_work.reset();
-      Tensor g = un.grad_out / Scalar(static_cast<double>(world()));
-      if (un.shard.grad().defined()) un.shard.grad().add_(g);
-      else un.shard.set_grad(g);
-      un.grad_flat = un.grad_out = Tensor();
-    }
+    for (size_t u : in_flight) fold(u);
+    in_flight.clear();
     stats.reduce_scatters = static_cast<int>(units.size());
     for (size_t u = 0; u < units.size(); ++u) free(u);
     armed = false;
