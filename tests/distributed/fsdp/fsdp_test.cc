@@ -7,6 +7,7 @@
 
 #include "amp/autocast.h"
 #include "autograd/autograd.h"
+#include "core/memory/memory_tracker.h"
 #include "distributed/fsdp/fsdp.h"
 #include "distributed/backend/init.h"
 #include "optim/optim.h"
@@ -131,6 +132,28 @@ TEST_CASE("FSDP under bf16 autocast (f32 shards) stays within bf16's tolerance o
   for (int n : {2, 4})
     test::require_all_ok(test::run_ranks(n, [c](int r, int w) { matches_one_process(r, w, c); }, 180,
                                          "fsdp_bf16_" + std::to_string(n)));
+}
+
+// Each unit's whole gradient lives only until its reduce-scatter completes (two in flight), so
+// backward never holds the whole model's gradient at once. ZeRO-2 keeps the parameters gathered,
+// so what backward adds is gradients (and the small activations' gradients).
+TEST_CASE("FSDP backward holds a few units' gradients, not the whole model's, on 2 ranks") {
+  test::require_all_ok(test::run_ranks(2, [](int rank, int world) {
+    auto pg = dist::init_process_group();
+    manual_seed(5);
+    auto model = std::make_shared<test::FsdpNet>(/*blocks=*/16, /*c=*/96);
+    dist::FullyShardedDataParallel fsdp(model, pg, {.units = {"h"}, .strategy = dist::ShardingStrategy::kShardGradOp});
+    int64_t whole = 0;  // the whole model's gradient, f32
+    for (const auto& u : fsdp.units()) whole += u.padded * 4;
+    test::FsdpBatch mine = test::fsdp_batch(0, world, rank);
+    CpuMemoryTracker tracker;
+    Tensor loss = F::cross_entropy(fsdp.forward(mine.x), mine.y);
+    const int64_t before = static_cast<int64_t>(tracker.live_bytes());
+    tracker.reset_peak();
+    loss.backward();
+    const int64_t rise = static_cast<int64_t>(tracker.peak_bytes()) - before;
+    expect(rise < whole / 2, "backward's peak rose by {} bytes; the whole gradient is {} (17 units)", rise, whole);
+  }, 60, "fsdp_grad_memory"));
 }
 
 TEST_CASE("FSDP construction errors name the module") {
