@@ -36,18 +36,18 @@ class ParallelAttention : public nn::Module {
     resid_dropout = register_module("resid_dropout", nn::Dropout(c.dropout));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = c_attn->forward(x);  // [B, T, 3 C / T]: the whole sequence, this rank's heads
+    Tensor h = c_attn(x);  // [B, T, 3 C / T]: the whole sequence, this rank's heads
     const int64_t b = h.size(0), t = h.size(1), width = local_heads_ * head_dim_;
     std::vector<Tensor> qkv = h.split(width, 2);
     auto heads = [&](const Tensor& m) { return m.reshape({b, t, local_heads_, head_dim_}).transpose(1, 2); };
     Tensor y = F::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                                {.dropout_p = is_training() ? dropout_ : 0.0, .causal = true});
-    return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({b, t, width})));
+    return resid_dropout(c_proj(y.transpose(1, 2).reshape({b, t, width})));
   }
 
-  std::shared_ptr<tp::ColumnParallelLinear> c_attn;
-  std::shared_ptr<tp::RowParallelLinear> c_proj;
-  std::shared_ptr<nn::Dropout> resid_dropout;
+  nn::ModulePtr<tp::ColumnParallelLinear> c_attn;
+  nn::ModulePtr<tp::RowParallelLinear> c_proj;
+  nn::ModulePtr<nn::Dropout> resid_dropout;
 
  private:
   int64_t local_heads_, head_dim_;
@@ -62,12 +62,12 @@ class ParallelMLP : public nn::Module {
     dropout = register_module("dropout", nn::Dropout(c.dropout));
   }
   Tensor forward(const Tensor& x) override {
-    return dropout->forward(c_proj->forward(F::gelu(c_fc->forward(x), "tanh")));
+    return dropout(c_proj(F::gelu(c_fc(x), "tanh")));
   }
 
-  std::shared_ptr<tp::ColumnParallelLinear> c_fc;
-  std::shared_ptr<tp::RowParallelLinear> c_proj;
-  std::shared_ptr<nn::Dropout> dropout;
+  nn::ModulePtr<tp::ColumnParallelLinear> c_fc;
+  nn::ModulePtr<tp::RowParallelLinear> c_proj;
+  nn::ModulePtr<nn::Dropout> dropout;
 };
 
 class ParallelBlock : public nn::Module {
@@ -79,13 +79,13 @@ class ParallelBlock : public nn::Module {
     mlp = register_module("mlp", std::make_shared<ParallelMLP>(*whole.mlp, c, g, sp));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor y = x + attn->forward(ln_1->forward(x));
-    return y + mlp->forward(ln_2->forward(y));
+    Tensor y = x + attn(ln_1(x));
+    return y + mlp(ln_2(y));
   }
 
-  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
-  std::shared_ptr<ParallelAttention> attn;
-  std::shared_ptr<ParallelMLP> mlp;
+  nn::ModulePtr<nn::LayerNorm> ln_1, ln_2;
+  nn::ModulePtr<ParallelAttention> attn;
+  nn::ModulePtr<ParallelMLP> mlp;
 };
 
 }  // namespace
@@ -156,14 +156,14 @@ Tensor TensorParallelGPT::forward(const Tensor& idx) {
   KILN_CHECK(t <= config.block_size, "TensorParallelGPT: sequence of {} tokens is longer than block_size {}", t,
              config.block_size);
   Tensor pos = arange(t, TensorOptions().dtype(kInt64).device(idx.device()));
-  Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
+  Tensor x = drop(wte(idx) + wpe(pos));
   if (sequence_parallel_) {
     KILN_CHECK(t % group_->size() == 0,
                "TensorParallelGPT: sequence parallel needs the sequence ({} tokens) to divide by the tensor-parallel "
                "size {}", t, group_->size());
     x = tp::scatter_to_group(x, group_, 1);  // [B, T / size, C] from here to the head
   }
-  x = ln_f->forward(h->forward(x));
+  x = ln_f(h(x));
   x = sequence_parallel_ ? tp::gather_from_sequence(x, group_, 1) : tp::copy_to_group(x, group_);
   return F::linear(x, wte->weight);  // the tied head: this rank's vocabulary rows
 }

@@ -29,11 +29,11 @@ class TensorParallelGPT : public nn::Module {
   Tensor loss(const Tensor& local_logits, const Tensor& targets) const;
 
   const GPTConfig config;
-  std::shared_ptr<dist::tp::VocabParallelEmbedding> wte;  // also the LM head's rows
-  std::shared_ptr<nn::Embedding> wpe;
-  std::shared_ptr<nn::Dropout> drop;
-  std::shared_ptr<nn::Sequential> h;
-  std::shared_ptr<nn::LayerNorm> ln_f;
+  nn::ModulePtr<dist::tp::VocabParallelEmbedding> wte;  // also the LM head's rows
+  nn::ModulePtr<nn::Embedding> wpe;
+  nn::ModulePtr<nn::Dropout> drop;
+  nn::ModulePtr<nn::Sequential> h;
+  nn::ModulePtr<nn::LayerNorm> ln_f;
 
  private:
   dist::tp::GroupPtr group_;

@@ -29,7 +29,7 @@ Tensor Embed::forward(const Tensor& idx) {
   KILN_CHECK(idx.size(1) <= block_size, "GPT embedding: sequence of {} tokens is longer than block_size {}",
              idx.size(1), block_size);
   Tensor pos = arange(idx.size(1), TensorOptions().dtype(kInt64).device(idx.device()));
-  return drop->forward(wte->forward(idx) + wpe->forward(pos));
+  return drop(wte(idx) + wpe(pos));
 }
 
 Head::Head(const GPT& model) : nn::Module("GPTHead") {
@@ -38,7 +38,7 @@ Head::Head(const GPT& model) : nn::Module("GPTHead") {
   weight = register_parameter("weight", model.wte->weight.detach().clone());
 }
 
-Tensor Head::forward(const Tensor& x) { return nn::functional::linear(ln_f->forward(x), weight); }
+Tensor Head::forward(const Tensor& x) { return nn::functional::linear(ln_f(x), weight); }
 
 TensorParallelEmbed::TensorParallelEmbed(const TensorParallelGPT& model)
     : nn::Module("GPTTensorParallelEmbed"), block_size(model.config.block_size) {

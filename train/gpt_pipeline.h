@@ -28,8 +28,8 @@ class Embed : public nn::Module {
  public:
   explicit Embed(const GPT& model);
   Tensor forward(const Tensor& idx) override;
-  std::shared_ptr<nn::Embedding> wte, wpe;
-  std::shared_ptr<nn::Dropout> drop;
+  nn::ModulePtr<nn::Embedding> wte, wpe;
+  nn::ModulePtr<nn::Dropout> drop;
   int64_t block_size;
 };
 
@@ -38,7 +38,7 @@ class Head : public nn::Module {
  public:
   explicit Head(const GPT& model);
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<nn::LayerNorm> ln_f;
+  nn::ModulePtr<nn::LayerNorm> ln_f;
   Tensor weight;  // the tied copy
 };
 
@@ -49,9 +49,9 @@ class TensorParallelEmbed : public nn::Module {
  public:
   explicit TensorParallelEmbed(const models::gpt::TensorParallelGPT& model);
   Tensor forward(const Tensor& idx) override;
-  std::shared_ptr<dist::tp::VocabParallelEmbedding> wte;
-  std::shared_ptr<nn::Embedding> wpe;
-  std::shared_ptr<nn::Dropout> drop;
+  nn::ModulePtr<dist::tp::VocabParallelEmbedding> wte;
+  nn::ModulePtr<nn::Embedding> wpe;
+  nn::ModulePtr<nn::Dropout> drop;
   int64_t block_size;
 };
 
@@ -59,7 +59,7 @@ class TensorParallelHead : public nn::Module {
  public:
   TensorParallelHead(const models::gpt::TensorParallelGPT& model, dist::tp::GroupPtr group);
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<nn::LayerNorm> ln_f;
+  nn::ModulePtr<nn::LayerNorm> ln_f;
   Tensor weight;  // the tied copy of this rank's wte rows
 
  private:
