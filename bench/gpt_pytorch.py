@@ -42,10 +42,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, heads, width, block, vocab):
+    # block_class: the block's module (bench/pytorch_sharded.py passes one with q, k and v apart).
+    def __init__(self, layers, heads, width, block, vocab, block_class=None):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(block, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.h = nn.ModuleList((block_class or Block)(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
         for name, p in self.named_parameters():
             if "ln_" in name:

@@ -10,7 +10,6 @@ Prints one JSON line: the median step time of rank 0 over --steps steps after on
 error a mode raised (for instance a collective Gloo lacks)."""
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_pytorch import SHAPES  # noqa: E402
+from gpt_pytorch import GPT, SHAPES  # noqa: E402
 
 
 class Block(nn.Module):
@@ -44,28 +43,6 @@ class Block(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
         x = x + self.attn_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, layers, heads, width, block, vocab):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(block, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width)
-        for name, p in self.named_parameters():
-            if "ln_" in name:
-                continue
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            else:
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for blk in self.h:
-            x = blk(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def wrap(model, mode, world):
@@ -95,7 +72,7 @@ def rank_main(rank, a, port, out_path):
     try:
         layers, heads, width, block = SHAPES[a.model]
         torch.manual_seed(a.seed)  # the same weights on every rank (TP and FSDP shard them)
-        model = wrap(GPT(layers, heads, width, block, 256), a.mode, a.nproc)
+        model = wrap(GPT(layers, heads, width, block, 256, block_class=Block), a.mode, a.nproc)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
         # Data-parallel ranks read different rows; tensor-parallel peers the same ones.
         g = torch.Generator().manual_seed(a.seed + (0 if a.mode == "tp" else rank))
