@@ -13,6 +13,7 @@
 #include "models/gpt_sample.h"
 #include "train/gpt_pipeline_checkpoint.h"
 #include "train/gpt_sharded.h"
+#include "train/run_monitor.h"
 #include "profiler/memory.h"
 
 namespace kiln::train::gpt {
@@ -21,7 +22,6 @@ using namespace data::text;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string strategy_name(const TrainConfig& c) {
   if (c.zero == 3) return "ZeRO-3 (FSDP full shard: parameters, gradients and AdamW's state)";

@@ -31,7 +31,6 @@ namespace kiln::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// Test loss and accuracy: each replica runs its slice of the test set through the stages; the
 /// last stages add up their sums over the replicas and send the result up their pipelines.

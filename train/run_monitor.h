@@ -81,6 +81,11 @@ class RunMonitor {
   std::unique_ptr<profiler::SummaryWriter> logdir_;
 };
 
+/// Seconds of steady-clock time since `t` (the trainers' wall-time and checkpoint timers).
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 /// Forward FLOPs of one sample through `forward` (run once under the profiler without grad).
 double forward_flops(const std::function<void()>& forward_one_sample);
 

@@ -35,7 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
 /// group, each rank evaluates its contiguous slice and the sums are all-reduced.
