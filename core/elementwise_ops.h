@@ -34,8 +34,8 @@
   _(cos, floating, input, keep, -g * sin(s))                                                        \
   _(tanh, floating, output, keep, g * (M(1) - s * s))                                               \
   _(sigmoid, floating, output, keep, g * s * (M(1) - s))                                            \
-  /* 0 at x == 0 and where x <= 0 even for an inf/NaN g (PyTorch's threshold_backward) */           \
-  _(relu, numeric, input, keep, s > M(0) ? g : M(0))                                                \
+  /* 0 where x <= 0 even for an inf/NaN g, g at x = NaN (PyTorch's threshold_backward) */          \
+  _(relu, numeric, input, keep, s <= M(0) ? M(0) : g)                                               \
   _(gelu, floating, input, keep, g * gelu_grad(s))                                                  \
   _(silu, floating, input, keep, g * silu_grad(s))                                                  \
   _(square, numeric, input, keep, g * s * M(2))                                                     \
@@ -52,8 +52,8 @@
   _(softplus, floating, input, fp32, s * a > b ? g : g * softplus_grad(s * a))                      \
   /* a = negative_slope; slope a at x == 0 (PyTorch: x > 0 ? g : g * slope) */                      \
   _(leaky_relu, floating, input, keep, s > M(0) ? g : g * a)                                        \
-  /* a = alpha; a at x == 0 (PyTorch: x <= 0 ? g * alpha * exp(x) : g) */                           \
-  _(elu, floating, input, keep, s > M(0) ? g : g * a * exp(s))                                      \
+  /* a = alpha; a at x == 0, g at x = NaN (PyTorch: x <= 0 ? g * alpha * exp(x) : g) */             \
+  _(elu, floating, input, keep, s <= M(0) ? g * a * exp(s) : g)                                     \
   /* a = min_val, b = max_val; as clamp, 0 at both bounds (PyTorch's hardtanh_backward) */         \
   _(hardtanh, floating, input, keep, s <= a || s >= b ? M(0) : g)                                   \
   /* 0 at x == -3 and g at x == 3 (PyTorch 2.15, measured) */                                      \

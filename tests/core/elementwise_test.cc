@@ -1,7 +1,8 @@
-// Elementwise ops beyond their op database rows (tests/testing/op_db_*.cc check every unary and
-// binary op against an f64 reference, threaded, broadcast, strided and in f16/bf16): integer and
-// bool dtypes, scalar operands, comparisons, where/clamp/masked_fill, in-place arithmetic, the
-// fused backward kinds and the errors.
+// Elementwise semantics the op database's rows do not state (tests/testing/op_db_*.cc check every
+// unary, binary and comparison op's values and gradients against an f64 reference: threaded,
+// broadcast, strided, f16/bf16, integer dtypes, saturation, and PyTorch's gradients at kinks):
+// promotion rules that depend on an argument, bool arithmetic, where/masked_fill's dtype rules,
+// in-place arithmetic and versions, empty and 0-dim tensors, and the errors.
 #include <cmath>
 #include <functional>
 #include <string>
@@ -36,32 +37,20 @@ Tensor transposed(const Tensor& base) {
   return make_view(base, {base.size(1), base.size(0)}, {1, base.size(1)}, base.offset());
 }
 
-Tensor positive(const Shape& s, DType dt = kFloat32) { return (rand(s, kFloat64) * 2.0 + 0.1).to(dt); }
 Tensor normal(const Shape& s, DType dt = kFloat32) { return (randn(s, kFloat64) * 2.0).to(dt); }
-
-double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
-double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 
 }  // namespace
 
-TEST_CASE("float unary ops on integer tensors promote to f32; integer-preserving ops keep the dtype") {
+TEST_CASE("integer tensors: which ops keep the dtype follows the operand, and what is refused") {
+  // The values and result dtypes of every integer row are the op database's (tests/testing); here
+  // the promotion rules that depend on an argument's value or type, and the refusals.
   Tensor i = tensor(std::vector<int64_t>{-3, 0, 2, 5});
-  Tensor e = kiln::exp(i);
-  CHECK(e.dtype() == kFloat32);
-  CHECK_ALLCLOSE(e, ref1(i, [](double v) { return std::exp(v); }));
-  CHECK(kiln::sqrt(tensor(std::vector<int32_t>{4, 9})).to_vector<float>() == std::vector<float>{2, 3});
-  CHECK(kiln::abs(i).dtype() == kInt64);
-  CHECK(kiln::abs(i).to_vector<int64_t>() == std::vector<int64_t>{3, 0, 2, 5});
-  CHECK((-i).to_vector<int64_t>() == std::vector<int64_t>{3, 0, -2, -5});
-  CHECK(kiln::relu(i).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 2, 5});
-  CHECK(kiln::sign(i).to_vector<int64_t>() == std::vector<int64_t>{-1, 0, 1, 1});
-  CHECK(kiln::square(i).to_vector<int64_t>() == std::vector<int64_t>{9, 0, 4, 25});
   CHECK(kiln::pow(i, 3).dtype() == kInt64);
-  CHECK(kiln::pow(i, 3).to_vector<int64_t>() == std::vector<int64_t>{-27, 0, 8, 125});
   CHECK(kiln::pow(i, 0.5).dtype() == kFloat32);
-  CHECK(kiln::clamp(i, 0, 3).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 2, 3});
+  CHECK(kiln::clamp(i, 0, 3).dtype() == kInt64);
   CHECK(kiln::clamp(i, std::nullopt, 1).to_vector<int64_t>() == std::vector<int64_t>{-3, 0, 1, 1});
   CHECK(kiln::clamp(i, 0.5, std::nullopt).dtype() == kFloat32);
+  CHECK(kiln::sqrt(tensor(std::vector<int32_t>{4, 9})).to_vector<float>() == std::vector<float>{2, 3});
   CHECK_THROWS_WITH(kiln::pow(i, -1), doctest::Contains("negative integer powers"));
   CHECK_THROWS_WITH(kiln::clamp(i, std::nullopt, std::nullopt), doctest::Contains("clamp"));
 }
@@ -76,38 +65,16 @@ TEST_CASE("relu and clamp pass NaN through") {
   CHECK(c[2] == 1);
 }
 
-TEST_CASE("integer arithmetic stays integral and division is true division") {
+TEST_CASE("integer alpha, true division and number operands") {
   Tensor a = tensor(std::vector<int64_t>{7, -8, 9, 2}), b = tensor(std::vector<int64_t>{2, 3, -4, 5});
-  CHECK((a + b).to_vector<int64_t>() == std::vector<int64_t>{9, -5, 5, 7});
-  CHECK((a - b).to_vector<int64_t>() == std::vector<int64_t>{5, -11, 13, -3});
-  CHECK((a * b).to_vector<int64_t>() == std::vector<int64_t>{14, -24, -36, 10});
-  CHECK(kiln::maximum(a, b).to_vector<int64_t>() == std::vector<int64_t>{7, 3, 9, 5});
-  CHECK(kiln::minimum(a, b).to_vector<int64_t>() == std::vector<int64_t>{2, -8, -4, 2});
-  CHECK(kiln::pow(a, tensor(std::vector<int64_t>{2, 3, 0, 1})).to_vector<int64_t>() ==
-        std::vector<int64_t>{49, -512, 1, 2});
   CHECK(kiln::add(a, b, 2).to_vector<int64_t>() == std::vector<int64_t>{11, -2, 1, 12});
+  CHECK_THROWS_WITH(kiln::add(a, b, 0.5), doctest::Contains("alpha"));
   Tensor q = a / b;
   CHECK(q.dtype() == kFloat32);
   CHECK(q.to_vector<float>() == std::vector<float>{3.5f, -8.0f / 3.0f, -2.25f, 0.4f});
+  CHECK(((a / 2) * 2).to_vector<float>() == std::vector<float>{7, -8, 9, 2});
   CHECK((a + 1).dtype() == kInt64);
   CHECK((a * 0.5).dtype() == kFloat32);
-  CHECK((a * 0.5).to_vector<float>() == std::vector<float>{3.5f, -4, 4.5f, 1});
-  CHECK(((a / 2) * 2).to_vector<float>() == std::vector<float>{7, -8, 9, 2});
-  CHECK_THROWS_WITH(kiln::add(a, b, 0.5), doctest::Contains("alpha"));
-}
-
-TEST_CASE("scalar operands on either side") {
-  manual_seed(5);
-  Tensor x = positive({10});
-  CHECK_ALLCLOSE(x + 2.5, ref1(x, [](double v) { return v + 2.5; }));
-  CHECK_ALLCLOSE(2.5 - x, ref1(x, [](double v) { return 2.5 - v; }));
-  CHECK_ALLCLOSE(x * 3, ref1(x, [](double v) { return v * 3; }));
-  CHECK_ALLCLOSE(1 / x, ref1(x, [](double v) { return 1 / v; }));
-  CHECK_ALLCLOSE(x / 4, ref1(x, [](double v) { return v / 4; }));
-  CHECK_ALLCLOSE(x - 1, ref1(x, [](double v) { return v - 1; }));
-  CHECK_ALLCLOSE(2 * x, ref1(x, [](double v) { return 2 * v; }));
-  CHECK_ALLCLOSE(kiln::pow(2.0, x), ref1(x, [](double v) { return std::pow(2.0, v); }));
-  CHECK_ALLCLOSE(-x, ref1(x, [](double v) { return -v; }));
 }
 
 TEST_CASE("bool arithmetic follows PyTorch: + is or, * is and, - is refused") {
@@ -119,36 +86,6 @@ TEST_CASE("bool arithmetic follows PyTorch: + is or, * is and, - is refused") {
   CHECK_THROWS_WITH(a - b, doctest::Contains("sub"));
   CHECK((a + 1).dtype() == kInt64);
   CHECK((a + 1).to_vector<int64_t>() == std::vector<int64_t>{2, 2, 1, 1});
-}
-
-TEST_CASE("comparisons give bool, promoting operands first") {
-  manual_seed(6);
-  Tensor a = normal({5, 7}), b = normal({7});
-  struct C {
-    std::function<Tensor(const Tensor&, const Tensor&)> op;
-    std::function<bool(double, double)> ref;
-  };
-  std::vector<C> cases = {
-      {[](const Tensor& x, const Tensor& y) { return x == y; }, [](double x, double y) { return x == y; }},
-      {[](const Tensor& x, const Tensor& y) { return x != y; }, [](double x, double y) { return x != y; }},
-      {[](const Tensor& x, const Tensor& y) { return x < y; }, [](double x, double y) { return x < y; }},
-      {[](const Tensor& x, const Tensor& y) { return x <= y; }, [](double x, double y) { return x <= y; }},
-      {[](const Tensor& x, const Tensor& y) { return x > y; }, [](double x, double y) { return x > y; }},
-      {[](const Tensor& x, const Tensor& y) { return x >= y; }, [](double x, double y) { return x >= y; }},
-  };
-  // Make some elements equal so eq/le/ge see ties.
-  Tensor row0 = make_view(a, {7}, {1}, 0);
-  Tensor bb = kiln::where(row0 > 0, row0, b);
-  for (const C& c : cases) {
-    Tensor r = c.op(a, bb);
-    CHECK(r.dtype() == kBool);
-    CHECK(r.sizes() == Shape{5, 7});
-    CHECK_ALLCLOSE(r.to(kFloat64), ref2(a, bb, [&](double x, double y) { return double(c.ref(x, y)); }));
-  }
-  Tensor i = tensor(std::vector<int64_t>{1, 2, 3});
-  CHECK((i < 2.5).to_vector<bool>() == std::vector<bool>{true, true, false});
-  CHECK((i == 2).to_vector<bool>() == std::vector<bool>{false, true, false});
-  CHECK(kiln::ge(i, tensor({1.5, 2.0, 3.5})).to_vector<bool>() == std::vector<bool>{false, true, false});
 }
 
 TEST_CASE("where selects per element with broadcasting and promotion") {
@@ -298,22 +235,4 @@ TEST_CASE("empty and 0-dim tensors") {
   Tensor r = kiln::exp(s) * s;
   CHECK(r.dim() == 0);
   CHECK(r.item<double>() == doctest::Approx(2 * std::exp(2.0)));
-}
-
-TEST_CASE("extreme inputs saturate instead of producing NaN") {
-  Tensor x = tensor({-1000.0, -100.0, -20.0, 0.0, 20.0, 100.0, 1000.0});
-  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
-    CAPTURE(dtype_name(dt));
-    Tensor xd = x.to(dt);
-    CHECK_ALLCLOSE(kiln::sigmoid(xd), ref1(xd, sigmoid_ref), 1e-2, 1e-6);
-    CHECK_ALLCLOSE(kiln::tanh(xd), ref1(xd, [](double v) { return std::tanh(v); }), 1e-2, 1e-6);
-    CHECK_ALLCLOSE(kiln::silu(xd), ref1(xd, [](double v) { return v * sigmoid_ref(v); }), 1e-2, 1e-6);
-    CHECK_ALLCLOSE(kiln::gelu(xd), ref1(xd, gelu_ref), 1e-2, 1e-6);
-    for (UnaryKind k : {UnaryKind::silu, UnaryKind::gelu, UnaryKind::gelu_tanh, UnaryKind::softplus, UnaryKind::elu})
-      for (double v : unary_backward(UnaryOp{k, 1, 20}, ones_like(xd), xd).to_vector<double>()) CHECK(!std::isnan(v));
-  }
-  auto l = kiln::log(tensor({0.0, 1.0})).to_vector<float>();
-  CHECK(std::isinf(l[0]));
-  CHECK(l[0] < 0);
-  CHECK(std::isinf(kiln::exp(tensor({1000.0})).item<float>()));
 }

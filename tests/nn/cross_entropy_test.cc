@@ -37,10 +37,6 @@ TEST_CASE("cross_entropy over [N, C, d1, d2] logits matches the composite in eve
     Tensor valid = (target != Scalar(int64_t{-100})).sum().to(kFloat64);
     CHECK(close(F::cross_entropy(logits, target, F::Reduction::mean, s), ref.sum() / valid, 1e-10));
   }
-  Tensor x = logits.detach().set_requires_grad(true);
-  auto r = autograd::gradcheck(
-      [&](const std::vector<Tensor>& v) { return F::cross_entropy(v[0], target, F::Reduction::mean, 0.1); }, {x});
-  CHECK_MESSAGE(r.ok, r.message);
   CHECK_THROWS_WITH(F::cross_entropy(logits, randint(0, 5, {3, 4})),
                     doctest::Contains("cross_entropy: target shape [3, 4] does not match logits shape [3, 5, 4, 2]"));
 }

@@ -1,6 +1,7 @@
 // The database's assembly and the helpers its rows share.
 #include "tests/testing/op_db.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -34,6 +35,16 @@ std::vector<Tensor> make_inputs(const OpInfo& row, size_t index, DType dtype, st
     x = x.to(dt);
     if (as && !a.keep_f32) x = x.to(*as);
     in.push_back(x.contiguous());
+  }
+  return in;
+}
+
+std::vector<Tensor> make_int_inputs(const OpInfo& row, size_t index, DType dtype) {
+  std::vector<Tensor> in;
+  for (const Tensor& x : make_inputs(row, index, kFloat64)) {
+    std::vector<double> v = x.to_vector<double>();
+    for (double& e : v) e = std::round(e);
+    in.push_back(tensor(v, x.sizes(), kFloat64).to(dtype));
   }
   return in;
 }

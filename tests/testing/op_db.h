@@ -28,6 +28,11 @@ struct Arg {
   std::vector<double> values = {};
 };
 
+/// Whether an elementwise row also runs on i32/i64 inputs (the row's range rounded to integers):
+/// `keep` gives a result of the input's integer dtype (bool for a comparison) equal to the
+/// reference exactly; `to_float` an f32 result (true division, exp of an integer), as in PyTorch.
+enum class Integers { no, keep, to_float };
+
 struct OpInfo {
   std::string name;  // unique; starts with the op's name
   std::vector<Arg> args;
@@ -50,7 +55,14 @@ struct OpInfo {
   /// non-contiguous inputs, also in f16/bf16: unary ref1 or binary ref2.
   std::function<double(double)> ref1 = {};
   std::function<double(double, double)> ref2 = {};
+  Integers integers = Integers::no;
+  /// The registry kind (core/elementwise_ops.h: a UnaryKind, BinaryKind or CompareKind name) the
+  /// reference of this row checks; every kind has at least one such row.
+  std::string kind = {};
 };
+
+/// Row i's inputs as integers of `dtype` (i32/i64): the f64 draw of make_inputs rounded.
+std::vector<Tensor> make_int_inputs(const OpInfo& row, size_t index, DType dtype);
 
 /// Every row, in a fixed order (the seed of a row's inputs is its index).
 const std::vector<OpInfo>& op_db();

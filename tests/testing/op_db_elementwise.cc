@@ -1,9 +1,13 @@
 // Rows of the op database: elementwise unary and binary ops (each with an f64 scalar reference),
 // comparisons, where/masked_fill, clamp with scalar and tensor bounds, and the pinned gradients at
 // kinks (PyTorch's, measured with tests/testing/torch_compare.py).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
+#include "core/error.h"
+#include "core/op_kinds.h"
 #include "tests/testing/op_db.h"
 
 namespace kiln::test {
@@ -16,7 +20,9 @@ double gelu_tanh_ref(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M
 
 const Arg kX{{3, 4}, -3, 3};      // unary input over the interesting range
 const Arg kPos{{3, 4}, 0.1, 2.1};  // a positive domain
+const Arg kFar{{3, 4}, -1000, 1000};  // far into saturation
 const double kNan = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
 
 OpInfo unary(std::string name, std::function<Tensor(const Tensor&)> f, std::string torch,
              std::function<double(double)> ref, Arg arg = kX) {
@@ -28,6 +34,13 @@ OpInfo binary(std::string name, std::function<Tensor(const Tensor&, const Tensor
               std::function<double(double, double)> ref, Arg a = {{3, 4}}, Arg b = {{4}}) {
   return {.name = std::move(name), .args = {std::move(a), std::move(b)}, .fn = [f](In v) { return f(v[0], v[1]); },
           .torch = std::move(torch), .ref2 = std::move(ref)};
+}
+
+OpInfo comparison(std::string name, std::function<Tensor(const Tensor&, const Tensor&)> f, std::string torch,
+                  std::function<double(double, double)> ref, Arg b = {{4}}) {
+  OpInfo r = binary(std::move(name), std::move(f), std::move(torch), std::move(ref), {{3, 4}}, std::move(b));
+  r.differentiable = false;
+  return r;
 }
 
 }  // namespace
@@ -70,6 +83,8 @@ std::vector<OpInfo> elementwise_rows() {
             [](double v) { return std::pow(2.0, v); }),
       unary("clamp", [](const Tensor& x) { return clamp(x, -0.5, 1.0); }, "torch.clamp(v[0], -0.5, 1.0)",
             [](double v) { return std::min(std::max(v, -0.5), 1.0); }),
+      unary("clamp integer bounds", [](const Tensor& x) { return clamp(x, -2, 2); }, "torch.clamp(v[0], -2, 2)",
+            [](double v) { return std::min(std::max(v, -2.0), 2.0); }),
       unary("clamp min only", [](const Tensor& x) { return clamp(x, -0.5, std::nullopt); }, "torch.clamp(v[0], min=-0.5)",
             [](double v) { return std::max(v, -0.5); }),
       unary("clamp max only", [](const Tensor& x) { return clamp(x, std::nullopt, 0.8); }, "torch.clamp(v[0], max=0.8)",
@@ -125,13 +140,23 @@ std::vector<OpInfo> elementwise_rows() {
              [](double x, double y) { return std::min(x, y); }),
       binary("pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, "torch.pow(v[0], v[1])",
              [](double x, double y) { return std::pow(x, y); }, {{3, 4}, 0.5, 2}),
+      binary("pow nonnegative exponent", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+             "torch.pow(v[0], v[1])", [](double x, double y) { return std::pow(x, y); }, {{3, 4}, 0.6, 3}, {{4}, 0, 3}),
       {"add broadcast", {{{3, 1, 4}}, {{5, 1}}}, [](In v) { return v[0] + v[1]; }, "v[0] + v[1]"},
       {"mul size-1 dims", {{{1, 4}}, {{3, 1}}}, [](In v) { return v[0] * v[1]; }, "v[0] * v[1]"},
       {"mul self", {{{3, 4}}}, [](In v) { return mul(v[0], v[0]); }, "v[0] * v[0]"},
       {"binary mul kind", {{{3, 4}}}, [](In v) { return binary(BinaryKind::mul, v[0], v[0]); }, "v[0] * v[0]"},
       {"add self alpha 2", {{{3, 4}}}, [](In v) { return add(v[0], v[0], 2); }, "torch.add(v[0], v[0], alpha=2)"},
-      {"mul by a number, add a number", {{{3, 4}}}, [](In v) { return v[0] * 3.0 + 1.0; }, "v[0] * 3.0 + 1.0"},
-      {"div a number by a tensor", {{{3, 4}, 0.5, 2}}, [](In v) { return 2.0 / v[0]; }, "2.0 / v[0]"},
+      unary("mul by a number, add a number", [](const Tensor& x) { return x * 3.0 + 1.0; }, "v[0] * 3.0 + 1.0",
+            [](double v) { return v * 3 + 1; }),
+      unary("mul by an integer on the left", [](const Tensor& x) { return 3 * x; }, "3 * v[0]",
+            [](double v) { return 3 * v; }),
+      unary("add a number", [](const Tensor& x) { return x + 2.5; }, "v[0] + 2.5", [](double v) { return v + 2.5; }),
+      unary("sub from a number", [](const Tensor& x) { return 2.5 - x; }, "2.5 - v[0]", [](double v) { return 2.5 - v; }),
+      unary("sub a number", [](const Tensor& x) { return x - 1; }, "v[0] - 1", [](double v) { return v - 1; }),
+      unary("div by a number", [](const Tensor& x) { return x / 4; }, "v[0] / 4", [](double v) { return v / 4; }),
+      unary("div a number by a tensor", [](const Tensor& x) { return 2.0 / x; }, "2.0 / v[0]",
+            [](double v) { return 2 / v; }, {{3, 4}, 0.5, 2}),
       {"maximum with a constant", {{{3, 4}, 0.1, 1.1}},
        [](In v) { return maximum(v[0], constant(v[0], {4}, 0.5)); }, "torch.maximum(v[0], torch.full((4,), 0.5, dtype=v[0].dtype))"},
 
@@ -149,13 +174,39 @@ std::vector<OpInfo> elementwise_rows() {
       {"clamp tensor min only", {{{3, 4}, 0.1, 1.1}}, [](In v) { return clamp(v[0], constant(v[0], {4}, 0.3), Tensor()); },
        "torch.clamp(v[0], min=torch.full((4,), 0.3, dtype=v[0].dtype))"},
 
-      // ---- integer and boolean results: nothing to differentiate (as in PyTorch)
-      {"eq", {{{3, 4}}}, [](In v) { return eq(v[0], v[0].t().t()); }, "torch.eq(v[0], v[0])", 0, {}, false},
-      {"ne", {{{3, 4}}, {{4}}}, [](In v) { return ne(v[0], v[1]); }, "torch.ne(v[0], v[1])", 0, {}, false},
-      {"lt", {{{3, 4}}, {{4}}}, [](In v) { return lt(v[0], v[1]); }, "torch.lt(v[0], v[1])", 0, {}, false},
-      {"le", {{{3, 4}}, {{3, 1}}}, [](In v) { return le(v[0], v[1]); }, "torch.le(v[0], v[1])", 0, {}, false},
-      {"gt", {{{3, 4}}}, [](In v) { return v[0] > Scalar(0.25); }, "torch.gt(v[0], 0.25)", 0, {}, false},
-      {"ge", {{{3, 4}}, {{4}}}, [](In v) { return ge(v[0], v[1]); }, "torch.ge(v[0], v[1])", 0, {}, false},
+      // ---- comparisons: boolean results, nothing to differentiate (as in PyTorch); ties come from
+      // the integer inputs (the driver's i32/i64 pass draws from [-1, 1] rounded)
+      comparison("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, "torch.eq(v[0], v[1])",
+                 [](double x, double y) { return double(x == y); }),
+      comparison("ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, "torch.ne(v[0], v[1])",
+                 [](double x, double y) { return double(x != y); }),
+      comparison("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, "torch.lt(v[0], v[1])",
+                 [](double x, double y) { return double(x < y); }),
+      comparison("le", [](const Tensor& a, const Tensor& b) { return le(a, b); }, "torch.le(v[0], v[1])",
+                 [](double x, double y) { return double(x <= y); }, {{3, 1}}),
+      comparison("gt", [](const Tensor& a, const Tensor& b) { return a > b; }, "torch.gt(v[0], v[1])",
+                 [](double x, double y) { return double(x > y); }, {{3, 1}}),
+      comparison("ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }, "torch.ge(v[0], v[1])",
+                 [](double x, double y) { return double(x >= y); }),
+      {.name = "eq self", .args = {{{3, 4}}}, .fn = [](In v) { return eq(v[0], v[0].t().t()); },
+       .torch = "torch.eq(v[0], v[0])", .differentiable = false},
+      {.name = "gt a number", .args = {{{3, 4}}}, .fn = [](In v) { return v[0] > Scalar(0.25); },
+       .torch = "torch.gt(v[0], 0.25)", .differentiable = false, .ref1 = [](double x) { return double(x > 0.25); }},
+
+      // ---- saturating functions far out, where a naive formula overflows to NaN (values and
+      // gradients must stay finite)
+      unary("sigmoid saturates", [](const Tensor& x) { return sigmoid(x); }, "torch.sigmoid(v[0])", sigmoid_ref, kFar),
+      unary("tanh saturates", [](const Tensor& x) { return tanh(x); }, "torch.tanh(v[0])",
+            [](double v) { return std::tanh(v); }, kFar),
+      unary("silu saturates", [](const Tensor& x) { return silu(x); }, "F.silu(v[0])",
+            [](double v) { return v * sigmoid_ref(v); }, kFar),
+      unary("gelu saturates", [](const Tensor& x) { return gelu(x); }, "F.gelu(v[0])", gelu_ref, kFar),
+      unary("gelu tanh saturates", [](const Tensor& x) { return gelu(x, "tanh"); }, "F.gelu(v[0], approximate='tanh')",
+            gelu_tanh_ref, kFar),
+      unary("softplus saturates", [](const Tensor& x) { return softplus(x); }, "F.softplus(v[0])",
+            [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); }, kFar),
+      unary("elu saturates", [](const Tensor& x) { return elu(x, 1.5); }, "F.elu(v[0], 1.5)",
+            [](double v) { return v > 0 ? v : 1.5 * std::expm1(v); }, kFar),
   };
 
   // The autocast policy entries of the registry (its amp column is fp32), one row each.
@@ -166,6 +217,39 @@ std::vector<OpInfo> elementwise_rows() {
   for (const auto& [row, entry] : amp)
     for (OpInfo& r : rows)
       if (r.name == row) r.amp = entry;
+
+  // Rows that also run on i32/i64 inputs, with the result dtype PyTorch gives (measured with
+  // torch 2.15): integer-preserving ops keep the dtype, float ops and float operands give f32.
+  const Integers keep = Integers::keep, to_float = Integers::to_float;
+  const std::pair<const char*, Integers> integer_rows[] = {
+      {"neg", keep},        {"abs", keep},           {"relu", keep},          {"square", keep},
+      {"sign", keep},       {"pow 3", keep},         {"clamp integer bounds", keep},
+      {"add", keep},        {"sub", keep},           {"sub alpha 3", keep},   {"mul", keep},
+      {"maximum", keep},    {"minimum", keep},       {"pow nonnegative exponent", keep},
+      {"mul by an integer on the left", keep},       {"sub a number", keep},
+      {"eq", keep},         {"ne", keep},            {"lt", keep},            {"le", keep},
+      {"gt", keep},         {"ge", keep},            {"gt a number", keep},
+      {"exp", to_float},    {"sqrt", to_float},      {"sigmoid", to_float},   {"div", to_float},
+      {"clamp", to_float},  {"clamp max only", to_float},                     {"pow scalar base", to_float},
+      {"mul by a number, add a number", to_float},   {"add a number", to_float},
+      {"sub from a number", to_float},               {"div by a number", to_float}};
+  for (const auto& [name, integers] : integer_rows) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const OpInfo& r) { return r.name == name; });
+    KILN_CHECK(it != rows.end(), "op_db: no row '{}' for the integer list", name);
+    it->integers = integers;
+  }
+  // The registry kind each reference row checks: the kind of the same name, or these.
+  std::set<std::string> kind_names;
+  for (int k = 0; k < kNumUnaryKinds; ++k) kind_names.emplace(kind_name(static_cast<UnaryKind>(k)));
+  for (int k = 0; k < kNumBinaryKinds; ++k) kind_names.emplace(kind_name(static_cast<BinaryKind>(k)));
+  for (int k = 0; k <= static_cast<int>(CompareKind::ge); ++k) kind_names.emplace(kind_name(static_cast<CompareKind>(k)));
+  const std::pair<const char*, const char*> aliases[] = {{"pow 3", "pow_scalar"}, {"gelu tanh", "gelu_tanh"}, {"elu 1.5", "elu"}};
+  for (OpInfo& r : rows) {
+    if (!r.ref1 && !r.ref2) continue;
+    if (kind_names.count(r.name)) r.kind = r.name;
+    for (const auto& [row, kind] : aliases)
+      if (r.name == row) r.kind = kind;
+  }
 
   // ---- gradients where the derivative is undefined, pinned to PyTorch 2.15's (measured): finite
   // differences cannot check these. Inputs at the bounds, ties and kinks; gradients of sum(fn).
@@ -204,15 +288,20 @@ std::vector<OpInfo> elementwise_rows() {
       {.name = "hardswish at -3 and 3", .args = {{.shape = {5}, .values = {-3, 3, -4, 4, 0}}},
        .fn = [](In v) { return hardswish(v[0]); }, .torch = "F.hardswish(v[0])",
        .gradcheck = false, .grads = {{0, 1, 0, 1, 0.5}}},
-      {.name = "hardtanh at its bounds", .args = {{.shape = {3}, .values = {-1, 2, 0.5}}},
+      {.name = "hardtanh at its bounds and NaN", .args = {{.shape = {4}, .values = {-1, 2, 0.5, n}}},
        .fn = [](In v) { return hardtanh(v[0], -1.0, 2.0); }, .torch = "F.hardtanh(v[0], -1.0, 2.0)",
-       .gradcheck = false, .grads = {{0, 0, 1}}},
-      {.name = "relu at 0", .args = {{.shape = {2}, .values = {0, 1}}}, .fn = [](In v) { return relu(v[0]); },
-       .torch = "torch.relu(v[0])", .gradcheck = false, .grads = {{0, 1}}},
-      {.name = "leaky_relu at 0", .args = {{.shape = {1}, .values = {0}}}, .fn = [](In v) { return leaky_relu(v[0], 0.1); },
-       .torch = "F.leaky_relu(v[0], 0.1)", .gradcheck = false, .grads = {{0.1}}},
-      {.name = "elu at 0", .args = {{.shape = {1}, .values = {0}}}, .fn = [](In v) { return elu(v[0], 1.5); },
-       .torch = "F.elu(v[0], 1.5)", .gradcheck = false, .grads = {{1.5}}},
+       .gradcheck = false, .grads = {{0, 0, 1, 1}}},
+      {.name = "relu at 0 and NaN", .args = {{.shape = {3}, .values = {0, 1, n}}}, .fn = [](In v) { return relu(v[0]); },
+       .torch = "torch.relu(v[0])", .gradcheck = false, .grads = {{0, 1, 1}}},
+      {.name = "leaky_relu at 0 and NaN", .args = {{.shape = {2}, .values = {0, n}}},
+       .fn = [](In v) { return leaky_relu(v[0], 0.1); }, .torch = "F.leaky_relu(v[0], 0.1)", .gradcheck = false,
+       .grads = {{0.1, 0.1}}},
+      {.name = "elu at 0 and NaN", .args = {{.shape = {2}, .values = {0, n}}}, .fn = [](In v) { return elu(v[0], 1.5); },
+       .torch = "F.elu(v[0], 1.5)", .gradcheck = false, .grads = {{1.5, 1}}},
+      {.name = "log at 0", .args = {{.shape = {2}, .values = {0, 1}}}, .fn = [](In v) { return log(v[0]); },
+       .torch = "torch.log(v[0])", .gradcheck = false, .grads = {{kInf, 1}}},
+      {.name = "exp overflows", .args = {{.shape = {2}, .values = {1000, 0}}}, .fn = [](In v) { return exp(v[0]); },
+       .torch = "torch.exp(v[0])", .gradcheck = false, .grads = {{kInf, 1}}},
       {.name = "binary_cross_entropy_with_logits at 0",
        .args = {{.shape = {3}, .values = {0, 0, 0}}, {.shape = {3}, .values = {0.25, 1, 0}}},
        .fn = [](In v) { return F::binary_cross_entropy_with_logits(v[0], v[1], F::Reduction::sum); },

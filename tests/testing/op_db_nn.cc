@@ -174,6 +174,12 @@ std::vector<OpInfo> nn_rows() {
       {"binary_cross_entropy_with_logits", {{{4, 5}}, {{4, 5}, 0.25, 1}},
        [](In v) { return F::binary_cross_entropy_with_logits(v[0], v[1]); },
        "F.binary_cross_entropy_with_logits(v[0], v[1])", 1e-5, "binary_cross_entropy_with_logits"},
+      // pos_weight a constant: PyTorch does not differentiate it (Kiln does).
+      {"binary_cross_entropy_with_logits pos_weight", {{{4, 3}}, {{4, 3}, 0, 1}},
+       [](In v) {
+         return F::binary_cross_entropy_with_logits(v[0], v[1], F::Reduction::mean, ints(v[0], {2, 1, 3}).to(v[0].dtype()));
+       },
+       "F.binary_cross_entropy_with_logits(v[0], v[1], pos_weight=torch.tensor([2.0, 1.0, 3.0]))"},
       {"binary_cross_entropy", {{{4, 5}, 0.05, 0.95}, {{4, 5}, 0, 1}},
        [](In v) { return F::binary_cross_entropy(v[0], v[1]); }, "F.binary_cross_entropy(v[0], v[1])", 1e-5,
        "binary_cross_entropy"},

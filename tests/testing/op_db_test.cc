@@ -6,11 +6,13 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "core/device.h"
+#include "core/op_kinds.h"
 #include "core/op_table.h"
 #include "tests/file_util.h"
 #include "tests/testing/compare.h"
@@ -137,6 +139,8 @@ TEST_CASE("elementwise rows match their f64 reference: threaded, broadcast, 0-di
     if (!row.ref1 && !row.ref2) continue;
     ++n;
     CAPTURE(row.name);
+    // A comparison's result is bool, its reference 0 or 1.
+    const auto result_dtype = [&](DType in) { return row.differentiable ? in : kBool; };
     for (DType dt : {kFloat32, kFloat64}) {
       CAPTURE(dtype_name(dt));
       const double rtol = dt == kFloat32 ? 1e-5 : 1e-12, atol = dt == kFloat32 ? 1e-6 : 1e-12;
@@ -144,7 +148,7 @@ TEST_CASE("elementwise rows match their f64 reference: threaded, broadcast, 0-di
         const auto f = [&](const Tensor& x) { return row.fn({x}); };
         Tensor x = draw(row.args[0], {70001}, dt);  // large enough to be split across threads
         Tensor y = f(x);
-        CHECK(y.dtype() == dt);
+        CHECK(y.dtype() == result_dtype(dt));
         CHECK_ALLCLOSE(y, ref1(x, row.ref1), rtol, atol);
         Tensor xt = transposed(row.args[0], 7, 13, dt);
         REQUIRE(!xt.is_contiguous());
@@ -154,7 +158,7 @@ TEST_CASE("elementwise rows match their f64 reference: threaded, broadcast, 0-di
         const test::Arg &A = row.args[0], &B = row.args[1];
         Tensor a = draw(A, {50003}, dt), b = draw(B, {50003}, dt);
         Tensor y = f(a, b);
-        CHECK(y.dtype() == dt);
+        CHECK(y.dtype() == result_dtype(dt));
         CHECK_ALLCLOSE(y, ref2(a, b, row.ref2), rtol, atol);
         Tensor p = draw(A, {3, 1, 5}, dt), q = draw(B, {4, 1}, dt);  // broadcasting both ways
         Tensor r = f(p, q);
@@ -173,17 +177,68 @@ TEST_CASE("elementwise rows match their f64 reference: threaded, broadcast, 0-di
       if (row.ref1) {
         Tensor x = draw(row.args[0], {257}, dt);
         Tensor y = row.fn({x});
-        CHECK(y.dtype() == dt);
+        CHECK(y.dtype() == result_dtype(dt));
         CHECK_ALLCLOSE(y, ref1(x, row.ref1), 1e-2, 1e-2);
       } else {
         Tensor a = draw(row.args[0], {4, 33}, dt), b = draw(row.args[1], {33}, dt);
         Tensor y = row.fn({a, b});
-        CHECK(y.dtype() == dt);
+        CHECK(y.dtype() == result_dtype(dt));
         CHECK_ALLCLOSE(y, ref2(a, b, row.ref2), 1e-2, 2e-2);
       }
     }
   }
   CHECK(n >= 45);
+}
+
+namespace {
+
+/// The dtype row's integer pass gives for `in` (PyTorch's promotion, measured).
+DType integer_result(const OpInfo& row, DType in) {
+  if (!row.differentiable) return kBool;
+  return row.integers == test::Integers::keep ? in : kFloat32;
+}
+
+/// The row's f64 reference on these (integer) inputs.
+Tensor reference(const OpInfo& row, const std::vector<Tensor>& in) {
+  return row.ref1 ? ref1(in[0], row.ref1) : ref2(in[0], in[1], row.ref2);
+}
+
+}  // namespace
+
+TEST_CASE("integer rows on i32/i64: PyTorch's result dtype, exact values, strided too") {
+  int n = 0;
+  const auto& db = test::op_db();
+  for (size_t i = 0; i < db.size(); ++i) {
+    const OpInfo& row = db[i];
+    if (row.integers == test::Integers::no) continue;
+    REQUIRE_MESSAGE((row.ref1 || row.ref2), row.name, ": an integer row needs a reference");
+    ++n;
+    CAPTURE(row.name);
+    for (DType dt : {kInt32, kInt64}) {
+      CAPTURE(dtype_name(dt));
+      std::vector<Tensor> in = test::make_int_inputs(row, i, dt);
+      Tensor y = row.fn(in);
+      CHECK(y.dtype() == integer_result(row, dt));
+      CHECK_FALSE(y.requires_grad());
+      const double tol = row.integers == test::Integers::keep ? 0 : 1e-6;
+      CHECK_ALLCLOSE(y, reference(row, in), tol, tol);
+      std::vector<Tensor> strided;
+      for (const Tensor& t : in) strided.push_back(test::non_contiguous(t));
+      CHECK(test::identical(row.fn(strided), y));
+    }
+  }
+  CHECK(n >= 30);
+}
+
+TEST_CASE("every unary, binary and comparison kind of the registry has a reference row") {
+  std::set<std::string> covered;
+  for (const OpInfo& row : test::op_db())
+    if (!row.kind.empty()) covered.insert(row.kind);
+  std::vector<std::string> kinds;
+  for (int k = 0; k < kNumUnaryKinds; ++k) kinds.emplace_back(kind_name(static_cast<UnaryKind>(k)));
+  for (int k = 0; k < kNumBinaryKinds; ++k) kinds.emplace_back(kind_name(static_cast<BinaryKind>(k)));
+  for (int k = 0; k <= static_cast<int>(CompareKind::ge); ++k) kinds.emplace_back(kind_name(static_cast<CompareKind>(k)));
+  for (const std::string& k : kinds) CHECK_MESSAGE(covered.count(k), "no op_db row with a reference for kind ", k);
 }
 
 namespace {
@@ -316,5 +371,73 @@ TEST_CASE("every row on CUDA: forward and gradients match the CPU's, f64 gradien
     };
     auto r = autograd::gradcheck(on_gpu, leaves, {.eps = row.eps});
     CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+namespace {
+
+/// One layout of a row's inputs: contiguous bases and the views of them the op gets.
+struct Layout {
+  std::string name;
+  std::vector<Tensor> bases;
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> view;
+};
+
+/// The layouts device kernels are checked in: contiguous (odd sizes, for the vectorised kernels'
+/// tails), transposed, a strided slice, and for binary rows a broadcast row.
+std::vector<Layout> device_layouts(const OpInfo& row, DType dt) {
+  using V = const std::vector<Tensor>&;
+  if (row.ref1) {
+    std::vector<Tensor> x = {draw(row.args[0], {129, 67}, dt)};
+    return {{"contiguous", x, [](V v) { return v; }},
+            {"transposed", x, [](V v) { return std::vector<Tensor>{v[0].transpose(0, 1)}; }},
+            {"sliced", x, [](V v) { return std::vector<Tensor>{v[0].slice(1, 1, 67, 2)}; }}};
+  }
+  std::vector<Tensor> ab = {draw(row.args[0], {65, 130}, dt), draw(row.args[1], {65, 130}, dt)};
+  return {{"contiguous", ab, [](V v) { return v; }},
+          {"broadcast row", {ab[0], draw(row.args[1], {1, 130}, dt)}, [](V v) { return v; }},
+          {"transposed", ab, [](V v) { return std::vector<Tensor>{v[0].transpose(0, 1), v[1].transpose(0, 1)}; }},
+          {"sliced", ab, [](V v) { return std::vector<Tensor>{v[0].slice(1, 0, 129, 3), v[1].slice(1, 1, 129, 3)}; }}};
+}
+
+}  // namespace
+
+TEST_CASE("elementwise rows on CUDA: every dtype and layout, forward and backward, match the CPU kernels") {
+  if (!has_gpu()) return skip_visibly("elementwise rows on CUDA");
+  const Device gpu("cuda:0");
+  manual_seed(3);
+  const auto& db = test::op_db();
+  for (size_t i = 0; i < db.size(); ++i) {
+    const OpInfo& row = db[i];
+    if (!row.ref1 && !row.ref2) continue;
+    CAPTURE(row.name);
+    for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+      const double tol = test::tolerance(dt);
+      for (const Layout& layout : device_layouts(row, dt)) {
+        CAPTURE(layout.name);
+        CAPTURE(dtype_name(dt));
+        std::vector<Tensor> bases_gpu;
+        for (const Tensor& b : layout.bases) bases_gpu.push_back(b.to(gpu));
+        std::vector<Tensor> x = layout.view(layout.bases), xg = layout.view(bases_gpu);
+        Tensor cpu_out = row.fn(x), gpu_out = row.fn(xg);
+        CHECK(gpu_out.device() == gpu);
+        CHECK(gpu_out.dtype() == cpu_out.dtype());
+        CHECK_MESSAGE(test::allclose(gpu_out, cpu_out, tol, tol), "forward");
+        if (!row.differentiable) continue;
+        auto g_cpu = grads_of(row, x), g_gpu = grads_of(row, xg);
+        for (size_t k = 0; k < x.size(); ++k)  // broadcast gradients are sums: held to the largest term
+          CHECK_MESSAGE(test::close_scaled(g_gpu[k], g_cpu[k], 2 * tol), "gradient of input ", k);
+      }
+    }
+    if (row.integers == test::Integers::no) continue;
+    for (DType dt : {kInt32, kInt64}) {
+      CAPTURE(dtype_name(dt));
+      std::vector<Tensor> in = test::make_int_inputs(row, i, dt), ing;
+      for (const Tensor& t : in) ing.push_back(t.to(gpu));
+      Tensor cpu_out = row.fn(in), gpu_out = row.fn(ing);
+      CHECK(gpu_out.dtype() == cpu_out.dtype());
+      const double tol = row.integers == test::Integers::keep ? 0 : 1e-5;  // exact, or f32 math
+      CHECK(test::allclose(gpu_out, cpu_out, tol, tol));
+    }
   }
 }

@@ -1,6 +1,8 @@
 // Writes every op database row's f64 inputs, output, upstream gradient weight and input gradients
 // to a text file (or stdout), for torch_compare.py to replay in PyTorch. One block per row:
 //   row <name> / torch <expression> / flags <differentiable> / in|out|w|grad <ndim> <dims> <values>
+// and, for a row with an integer pass, per integer dtype:
+//   int <input dtype> <result dtype> / iin|iout <ndim> <dims> <values>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -48,6 +50,15 @@ int main(int argc, char** argv) {
       write(os, "w", w);
       if (y.requires_grad()) (y * w).sum().backward();
       for (const Tensor& t : in) write(os, "grad", t.grad().defined() ? t.grad() : zeros_like(t));
+    }
+    if (row.integers != test::Integers::no) {
+      for (DType dt : {kInt32, kInt64}) {
+        std::vector<Tensor> ints = test::make_int_inputs(row, i, dt);
+        Tensor r = row.fn(ints);
+        os << "int " << dtype_name(dt) << ' ' << dtype_name(r.dtype()) << '\n';
+        for (const Tensor& t : ints) write(os, "iin", t);
+        write(os, "iout", r);
+      }
     }
     os << "end\n";
   }

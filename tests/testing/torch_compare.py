@@ -31,6 +31,35 @@ def ce_weight_grad(x, target, weight, label_smoothing=0.0, ignore_index=-100):
     return value + (formula - formula.detach())
 
 
+DTYPES = {"bool": torch.bool, "i32": torch.int32, "i64": torch.int64, "f16": torch.float16,
+          "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
+
+
+def compare_ints(row, env):
+    """The row's integer passes: PyTorch's result dtype and values on the same integer inputs.
+    Returns the number of differences (printed). Run at torch's default dtype, f32, which is what
+    an integer input meeting a float op or number becomes."""
+    failures = 0
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    for case in row["ints"]:
+        try:
+            y = eval(row["torch"], dict(env, v=case["in"]))
+        except Exception as e:
+            print(f"DIFF {row['name']} ({case['dtype']}): torch raised {type(e).__name__}: {e}")
+            failures += 1
+            continue
+        if y.dtype != case["result"]:
+            print(f"DIFF {row['name']} ({case['dtype']}): torch gives {y.dtype}, kiln {case['result']}")
+            failures += 1
+        elif max_diff(y.to(torch.float64), case["out"], 1e-6, 1e-6) > 0:
+            print(f"DIFF {row['name']} ({case['dtype']}): values\n  torch {y.flatten()[:8].tolist()}\n"
+                  f"  kiln  {case['out'].flatten()[:8].tolist()}")
+            failures += 1
+    torch.set_default_dtype(saved)
+    return failures
+
+
 def parse(path):
     rows, row = [], None
     with open(path) as f:
@@ -38,18 +67,25 @@ def parse(path):
             line = line.rstrip("\n")
             key, _, rest = line.partition(" ")
             if key == "row":
-                row = {"name": rest, "in": [], "grad": []}
+                row = {"name": rest, "in": [], "grad": [], "ints": []}
+            elif key == "int":
+                dtype, result = rest.split()
+                row["ints"].append({"dtype": DTYPES[dtype], "result": DTYPES[result], "in": []})
             elif key == "torch":
                 row["torch"] = rest
             elif key == "flags":
                 row["differentiable"] = rest.strip() == "1"
-            elif key in ("in", "out", "w", "grad"):
+            elif key in ("in", "out", "w", "grad", "iin", "iout"):
                 parts = rest.split()
                 ndim = int(parts[0])
                 shape = [int(p) for p in parts[1:1 + ndim]]
                 values = [float(p) for p in parts[1 + ndim:]]
                 t = torch.tensor(values, dtype=torch.float64).reshape(shape)
-                if key in ("in", "grad"):
+                if key == "iin":
+                    row["ints"][-1]["in"].append(t.to(row["ints"][-1]["dtype"]))
+                elif key == "iout":
+                    row["ints"][-1]["out"] = t
+                elif key in ("in", "grad"):
                     row[key].append(t)
                 else:
                     row[key] = t
@@ -84,8 +120,10 @@ def main():
             failures += 1
             continue
         v = [t.clone().requires_grad_(row["differentiable"]) for t in row["in"]]
+        env = {"torch": torch, "F": F, "ints": ints, "ce_weight_grad": ce_weight_grad}
+        failures += compare_ints(row, env)
         try:
-            y = eval(row["torch"], {"torch": torch, "F": F, "ints": ints, "v": v, "ce_weight_grad": ce_weight_grad})
+            y = eval(row["torch"], dict(env, v=v))
         except Exception as e:  # a row PyTorch refuses is a difference too
             print(f"DIFF {name}: torch raised {type(e).__name__}: {e}")
             failures += 1
@@ -114,7 +152,9 @@ def main():
                 print(f"DIFF {name}: gradient of input {k}, excess {d:.3g}\n  torch {tg.flatten()[:8].tolist()}\n"
                       f"  kiln  {g.flatten()[:8].tolist()}")
                 failures += 1
-    print(f"torch {torch.__version__}: {len(rows)} rows, {compared} compared, {failures} differences")
+    int_passes = sum(len(r["ints"]) for r in rows)
+    print(f"torch {torch.__version__}: {len(rows)} rows, {compared} compared (and {int_passes} integer passes), "
+          f"{failures} differences")
     return 1 if failures or not rows else 0
 
 
