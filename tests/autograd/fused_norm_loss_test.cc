@@ -1,13 +1,14 @@
-// Gradients of the fused cross_entropy and layer_norm primitives: f64 gradchecks (ignore_index,
-// label smoothing, layer norm with and without weight/bias, over one and two dims), and the f32
-// and bf16 backward against autograd through the composite formulas they replace.
+// The fused cross_entropy, layer_norm and batch_norm primitives beyond their op database rows
+// (tests/testing/op_db_nn.cc holds their f64 gradchecks: ignore_index, smoothing, with and
+// without weight/bias, subsets of inputs, strided inputs): the f32 and bf16 backward against
+// autograd through the composite formulas they replace, and batch norm's one backward node.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "autograd/autograd.h"
+#include "autograd/node.h"
 #include "core/op_table.h"
-#include "tests/autograd/grad_test_util.h"
 #include "tests/testing/compare.h"
 
 using namespace kiln;
@@ -15,8 +16,6 @@ using namespace kiln;
 namespace {
 
 using test::close;
-using test::Inputs;
-using test::leaf;
 
 Tensor targets_with_ignored(int64_t N, int64_t C, int64_t ignore_index) {
   Tensor t = randint(0, C, {N});
@@ -41,40 +40,7 @@ Tensor composite_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, d
 
 Tensor grad_of(const Tensor& leaf_t) { return leaf_t.grad().to(kFloat64); }
 
-/// |a - b| <= tol * (1 + |b|) elementwise.
 }  // namespace
-
-TEST_CASE("cross_entropy gradcheck with ignore_index and label smoothing") {
-  manual_seed(21);
-  Tensor x = leaf({6, 5}, -2.0, 2.0);
-  Tensor t = targets_with_ignored(6, 5, -100);
-  for (double s : {0.0, 0.3}) {
-    CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t, -100, s); }, x);
-    CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t, -100, s).sum() * 0.5; }, x);
-  }
-  Tensor t2 = tensor<int64_t>({1, 3, 3, 0, 4, 3});  // ignore_index 3 is also a valid class
-  CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0], t2, 3, 0.1); }, x);
-  CHECK_GRAD([&](Inputs v) { return op::cross_entropy(v[0].t(), tensor<int64_t>({0, 5, 2, 1, 4}), -1, 0.0); },
-             x);  // strided logits [5, 6]
-}
-
-TEST_CASE("layer_norm gradcheck with and without weight and bias, over one and two dims") {
-  manual_seed(22);
-  Tensor x = leaf({3, 4, 5}, -2.0, 2.0);
-  Tensor w1 = leaf({5}), b1 = leaf({5}), w2 = leaf({4, 5}), b2 = leaf({4, 5});
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], v[2], 1, 1e-5); }, x, w1, b1);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), Tensor(), 1, 1e-5); }, x);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], Tensor(), 1, 1e-5); }, x, w1);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), v[1], 1, 1e-5); }, x, b1);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], v[1], v[2], 2, 1e-5); }, x, w2, b2);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0], Tensor(), Tensor(), 2, 1e-5); }, x);
-  // Only the affine parameters require grad; and a strided input.
-  Tensor xc = x.detach();
-  CHECK_GRAD([&](Inputs v) { return op::layer_norm(xc, v[0], v[1], 1, 1e-5); }, w1, b1);
-  CHECK_GRAD([&](Inputs v) { return op::layer_norm(xc, Tensor(), v[0], 1, 1e-5); }, b1);
-  CHECK_GRAD([](Inputs v) { return op::layer_norm(v[0].transpose(1, 2), v[1], v[2], 1, 1e-5); }, x,
-             leaf({4}), leaf({4}));
-}
 
 TEST_CASE("cross_entropy and layer_norm backward match the composite formulas in f32 and bf16") {
   manual_seed(23);
@@ -102,4 +68,11 @@ TEST_CASE("cross_entropy and layer_norm backward match the composite formulas in
     CHECK(close(grad_of(aw), grad_of(rw), tol));
     CHECK(close(grad_of(ab), grad_of(rb), tol));
   }
+}
+
+TEST_CASE("batch_norm records one BatchNormBackward node") {
+  Tensor x = test::leaf({4, 2});
+  Tensor y = op::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5);
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->name() == "BatchNormBackward");
 }
