@@ -217,6 +217,34 @@ std::vector<OpInfo> nn_rows() {
       {"scaled_dot_product_attention additive mask", {{{1, 2, 3, 4}}, {{1, 2, 3, 4}}, {{1, 2, 3, 4}}, {{3, 3}}},
        [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = v[3]}); },
        "F.scaled_dot_product_attention(v[0], v[1], v[2], attn_mask=v[3])", 1e-5},
+      // the fused kernel's edges: T = 1, one query against many keys, across a key/query tile
+      // edge, one backward task per head, masks that broadcast
+      {"scaled_dot_product_attention T = 1 causal", {{{1, 2, 1, 3}}, {{1, 2, 1, 3}}, {{1, 2, 1, 2}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.causal = true}); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], is_causal=True)", 1e-5},
+      {"scaled_dot_product_attention one query, 70 keys", {{{1, 1, 1, 2}}, {{1, 1, 70, 2}}, {{1, 1, 70, 2}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2]); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2])", 1e-5},
+      {"scaled_dot_product_attention Tq != Tk, scale 0.7", {{{1, 2, 5, 3}}, {{1, 2, 7, 3}}, {{1, 2, 7, 4}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.scale = 0.7}); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], scale=0.7)", 1e-5},
+      {"scaled_dot_product_attention causal across a tile edge", {{{1, 1, 67, 2}}, {{1, 1, 67, 2}}, {{1, 1, 67, 2}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.causal = true}); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], is_causal=True)", 1e-5},
+      {"scaled_dot_product_attention causal, 16 heads", {{{2, 8, 66, 1}}, {{2, 8, 66, 1}}, {{2, 8, 66, 1}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.causal = true}); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], is_causal=True)", 1e-5},
+      {"scaled_dot_product_attention additive mask over heads", {{{2, 2, 4, 3}}, {{2, 2, 6, 3}}, {{2, 2, 6, 2}}, {{2, 1, 4, 6}}},
+       [](In v) { return F::scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = v[3]}); },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], attn_mask=v[3])", 1e-5},
+      {"scaled_dot_product_attention bool mask, 3-d", {{{2, 4, 3}}, {{2, 6, 3}}, {{2, 6, 2}}},
+       [](In v) {
+         Tensor mask = ints(v[0], {1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {4, 6}) > Scalar(0);
+         return F::scaled_dot_product_attention(v[0], v[1], v[2], {.attn_mask = mask});
+       },
+       "F.scaled_dot_product_attention(v[0], v[1], v[2], attn_mask=ints([1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1, "
+       "1, 1, 1, 1, 1, 0, 0, 0], (4, 6)) > 0)",
+       1e-5},
 
       // ---- losses
       {"cross_entropy", {{{4, 5}}}, [](In v) { return F::cross_entropy(v[0], ints(v[0], {0, 2, 1, 4})); },
