@@ -10,6 +10,7 @@
 #include "core/ops.h"
 #include "models/build_model.h"
 #include "models/resnet.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 using namespace kiln::models;
@@ -43,7 +44,6 @@ ResNetOptions fashion(int64_t width = 8) {
   return {.num_classes = 10, .in_channels = 1, .width = width, .small_input = true};
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 }  // namespace
 
@@ -124,18 +124,18 @@ TEST_CASE("BatchNorm: train mode uses batch statistics and updates the running o
   // Train mode: a sample's output depends on the rest of its batch, and each forward counts.
   Tensor train_all = m(x);
   Tensor train_first = m(x.narrow(0, 0, 3));
-  CHECK(max_abs_diff(train_all.narrow(0, 0, 3), train_first) > 1e-4);
+  CHECK(test::max_diff(train_all.narrow(0, 0, 3), train_first) > 1e-4);
   CHECK(m.bn1->num_batches_tracked.item<int64_t>() == 2);
   CHECK(m.state_dict().at("layer4.1.bn2.num_batches_tracked").item<int64_t>() == 2);
-  CHECK(max_abs_diff(m.bn1->running_mean, mean0) > 1e-3);
+  CHECK(test::max_diff(m.bn1->running_mean, mean0) > 1e-3);
   // Eval mode: running statistics, so a sample's output is its own; nothing is updated.
   m.eval();
   Tensor mean1 = m.bn1->running_mean.clone();
   Tensor eval_all = m(x);
   Tensor eval_first = m(x.narrow(0, 0, 3));
-  CHECK(max_abs_diff(eval_all.narrow(0, 0, 3), eval_first) < 1e-5);
-  CHECK(max_abs_diff(eval_all, train_all) > 1e-3);
-  CHECK(max_abs_diff(m.bn1->running_mean, mean1) == 0.0);
+  CHECK(test::max_diff(eval_all.narrow(0, 0, 3), eval_first) < 1e-5);
+  CHECK(test::max_diff(eval_all, train_all) > 1e-3);
+  CHECK(test::max_diff(m.bn1->running_mean, mean1) == 0.0);
   CHECK(m.bn1->num_batches_tracked.item<int64_t>() == 2);
   m.train();
   CHECK(m.layer3->is_training());
@@ -150,7 +150,7 @@ TEST_CASE("a state dict round-trips into a fresh model with the same outputs") {
   b.load_state_dict(a.state_dict());
   a.eval(), b.eval();
   Tensor x = randn({2, 1, 32, 32});
-  CHECK(max_abs_diff(a(x), b(x)) == 0.0);
+  CHECK(test::max_diff(a(x), b(x)) == 0.0);
 }
 
 TEST_CASE("build_model: the main job's models by name") {
