@@ -1,0 +1,58 @@
+// The GPT trainer's FSDP with --amp and with HSDP on real ranks (127.0.0.1): `--fsdp --amp bf16`
+// on 2 ranks (every unit gathered in bf16 from f32 shards, gradients reduce-scattered in f32)
+// ends as close to the f32 run as the one-process `--amp bf16` run does; `--fsdp
+// --hsdp-shard-size 2` on 4 ranks (2 shard groups of 2, replicated) ends with one process's
+// weights within 1e-5 (f32); a shard size that does not divide the data ranks is refused with its
+// numbers.
+#include <doctest/doctest.h>
+
+#include "train/gpt_sharded.h"
+#include "tests/train/gpt_sharded_util.h"
+
+using namespace kiln;
+using namespace kiln::train::gpt;
+using namespace kiln::test::sharded;
+
+TEST_CASE("--fsdp --amp bf16 on 2 ranks is as close to the f32 run as one process in bf16") {
+  const std::string dir = test::scratch_dir("gpt_fsdp_amp");
+  const TrainConfig base = config(dir);
+  const TrainConfig f32 = layout(base, 1, 0, dir + "/f32.safetensors");
+  run(1, f32, 6, dir + "/f32.log", "gpt_fsdp_amp_f32");
+  TrainConfig one = layout(base, 1, 0, dir + "/one_bf16.safetensors");
+  one.amp = "bf16";
+  run(1, one, 6, dir + "/one_bf16.log", "gpt_fsdp_amp_one");
+  TrainConfig fsdp = layout(base, 1, 3, dir + "/fsdp_bf16.safetensors");
+  fsdp.amp = "bf16";
+  const std::string log = run(2, fsdp, 6, dir + "/fsdp_bf16.log", "gpt_fsdp_amp_fsdp");
+  INFO(log);
+  CHECK(test::contains(log, "FSDP mixed precision: parameters gathered in bf16 from f32 shards, gradients "
+                            "reduce-scattered in f32"));
+  const double tolerance = weight_diff(base, f32.save, one.save), d = weight_diff(base, f32.save, fsdp.save);
+  MESSAGE("max |bf16 - f32|: one process (--amp bf16, autocast over f32 weights) " << tolerance
+          << ", --fsdp --amp bf16 on 2 ranks (bf16 gathers) " << d);
+  CHECK(tolerance > 1e-4);  // the bf16 run did round
+  CHECK(d <= 2 * tolerance);
+}
+
+TEST_CASE("--fsdp --hsdp-shard-size 2 on 4 ranks ends with one process's weights; a bad size names the numbers") {
+  const std::string dir = test::scratch_dir("gpt_hsdp");
+  const TrainConfig base = config(dir);
+  const TrainConfig one = layout(base, 1, 0, dir + "/one.safetensors");
+  run(1, one, 6, dir + "/one.log", "gpt_hsdp_one");
+  for (int zero : {3, 2}) {
+    TrainConfig c = layout(base, 1, zero, dir + fmt::format("/hsdp_z{}.safetensors", zero));
+    c.hsdp_shard_size = 2;
+    const std::string log = run(4, c, 6, dir + "/hsdp.log", "gpt_hsdp");
+    INFO(log);
+    CHECK(test::contains(log, fmt::format("HSDP: ZeRO-{} within 2 shard group(s) of 2 rank(s), replicated", zero)));
+    const double d = weight_diff(base, one.save, c.save);
+    MESSAGE("--zero " << zero << " --hsdp-shard-size 2 on 4 ranks: max |HSDP - one process| = " << d);
+    CHECK(d <= 1e-5);
+  }
+  TrainConfig bad = layout(base, 1, 3, "");
+  bad.hsdp_shard_size = 3;
+  CHECK(test::contains(test::error_of([&] { sharded_layout(bad, 4); }),
+                       "--hsdp-shard-size 3 does not divide the 4 data-parallel ranks (world 4 / tensor 1)"));
+  bad.zero = 0, bad.ddp = true;
+  CHECK(test::contains(test::error_of([&] { sharded_layout(bad, 4); }), "--hsdp-shard-size 3 shards FSDP's units"));
+}
