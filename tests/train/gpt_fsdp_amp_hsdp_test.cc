@@ -42,7 +42,7 @@ TEST_CASE("--fsdp --hsdp-shard-size 2 on 4 ranks ends with one process's weights
   for (int zero : {3, 2}) {
     TrainConfig c = layout(base, 1, zero, dir + fmt::format("/hsdp_z{}.safetensors", zero));
     c.hsdp_shard_size = 2;
-    const std::string log = run(4, c, 6, dir + "/hsdp.log", "gpt_hsdp");
+    const std::string log = run(4, c, 6, dir + "/hsdp.log", "gpt_hsdp_run");
     INFO(log);
     CHECK(test::contains(log, fmt::format("HSDP: ZeRO-{} within 2 shard group(s) of 2 rank(s), replicated", zero)));
     const double d = weight_diff(base, one.save, c.save);
