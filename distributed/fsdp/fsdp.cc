@@ -24,7 +24,7 @@ struct Unit {
   int pending = 0;             // gradients still to come in this backward
   bool ready = false;
   Tensor grad_flat, grad_out;  // the reduce-scatter's input and output
-  WorkPtr rs_work;
+  WorkPtr rs_work, ar_work;    // ar_work: HSDP's all-reduce of grad_out across the replicas
 };
 
 struct FullyShardedDataParallel::State {
@@ -41,6 +41,9 @@ struct FullyShardedDataParallel::State {
   /// first. At most kMaxInFlight stay: each holds its unit's whole gradient (grad_flat), so
   /// unbounded, a step's peak held the whole model's gradient, as ZeRO-2 without sharding would.
   std::vector<size_t> in_flight;
+  /// HSDP: units whose reduce-scatter is done and whose all-reduce across the replicas is in
+  /// flight, oldest first (each holds 1/N of its unit: grad_out), at most kMaxInFlight too.
+  std::vector<size_t> replicating;
   static constexpr size_t kMaxInFlight = 2;
 
   int world() const { return pg->size(); }
@@ -83,6 +86,7 @@ struct FullyShardedDataParallel::State {
     callback_queued = in_finish = false;
     next_launch = 0;
     in_flight.clear();
+    replicating.clear();
     for (Unit& un : units) {
       un.pending = 0;
       for (const Tensor& p : un.params) un.pending += p.requires_grad() ? 1 : 0;
@@ -146,31 +150,50 @@ struct FullyShardedDataParallel::State {
     if (u != 0) free(u);
     in_flight.push_back(u);
     while (in_flight.size() > kMaxInFlight) {
-      fold(in_flight.front());
+      reduced(in_flight.front());
       in_flight.erase(in_flight.begin());
     }
   }
 
-  /// Waits for unit u's reduce-scatter (and under HSDP all-reduces its result across the
-  /// replicas), adds its mean into the shard's f32 gradient and frees the unit's whole gradient.
+  /// Waits for unit u's reduce-scatter and frees the unit's whole gradient; then folds the result
+  /// into the shard or, under HSDP, starts its all-reduce across the replicas (in the same order
+  /// on every rank), folded once kMaxInFlight newer ones are in flight or backward ends.
+  void reduced(size_t u) {
+    Unit& un = units[u];
+    un.rs_work->wait();
+    un.rs_work.reset();
+    un.grad_flat = Tensor();
+    if (!replicate) return fold(u);
+    un.ar_work = replicate->allreduce(un.grad_out, ReduceOp::kSum);
+    replicating.push_back(u);
+    while (replicating.size() > kMaxInFlight) {
+      fold(replicating.front());
+      replicating.erase(replicating.begin());
+    }
+  }
+
+  /// Adds unit u's mean gradient (reduced, and all-reduced under HSDP) into its shard's f32 .grad.
   void fold(size_t u) {
     Unit& un = units[u];
     NoGradGuard no_grad;
-    un.rs_work->wait();
-    un.rs_work.reset();
-    if (replicate) replicate->allreduce(un.grad_out, ReduceOp::kSum)->wait();  // the same order on every rank
+    if (un.ar_work) {
+      un.ar_work->wait();
+      un.ar_work.reset();
+    }
     Tensor g = un.grad_out.to(kFloat32) / Scalar(static_cast<double>(ranks()));
     if (un.shard.grad().defined()) un.shard.grad().add_(g);
     else un.shard.set_grad(g);
-    un.grad_flat = un.grad_out = Tensor();
+    un.grad_out = Tensor();
   }
 
   void finish() {
     in_finish = true;
     for (Unit& un : units) un.ready = true;  // a unit without gradients reduces zeros
     launch_ready();
-    for (size_t u : in_flight) fold(u);
+    for (size_t u : in_flight) reduced(u);
     in_flight.clear();
+    for (size_t u : replicating) fold(u);
+    replicating.clear();
     stats.reduce_scatters = static_cast<int>(units.size());
     for (size_t u = 0; u < units.size(); ++u) free(u);
     armed = false;
