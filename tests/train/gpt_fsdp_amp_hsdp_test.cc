@@ -1,10 +1,13 @@
 // The GPT trainer's FSDP with --amp and with HSDP on real ranks (127.0.0.1): `--fsdp --amp bf16`
 // on 2 ranks (every unit gathered in bf16 from f32 shards, gradients reduce-scattered in f32)
-// ends as close to the f32 run as the one-process `--amp bf16` run does; `--fsdp
+// ends as close to the f32 run as the one-process `--amp bf16` run does; under `--amp f16` every
+// rank skips the same overflowing steps; `--fsdp
 // --hsdp-shard-size 2` on 4 ranks (2 shard groups of 2, replicated) ends with one process's
 // weights within 1e-5 (f32); a shard size that does not divide the data ranks is refused with its
 // numbers.
 #include <doctest/doctest.h>
+
+#include <fstream>
 
 #include "train/gpt_sharded.h"
 #include "tests/train/gpt_sharded_util.h"
@@ -32,6 +35,28 @@ TEST_CASE("--fsdp --amp bf16 on 2 ranks is as close to the f32 run as one proces
           << ", --fsdp --amp bf16 on 2 ranks (bf16 gathers) " << d);
   CHECK(tolerance > 1e-4);  // the bf16 run did round
   CHECK(d <= 2 * tolerance);
+}
+
+TEST_CASE("--fsdp --amp f16 on 2 ranks: every rank skips the same overflowing steps and ends with the same scale") {
+  // A first scale of 2^22 overflows the f16 gradients of the first steps, then no more; each
+  // overflow lands in some rank's shard, and the skip must be every rank's.
+  const std::string dir = test::scratch_dir("gpt_fsdp_f16");
+  TrainConfig c = layout(config(dir), 1, 3, dir + "/f16.safetensors");
+  c.amp = "f16";
+  c.loss_scale = 1 << 22;
+  c.max_steps = 10;
+  test::require_all_ok(test::run_ranks(2, [&](int rank, int) {
+    std::ofstream log(rank == 0 ? dir + "/f16.log" : std::string("/dev/null"));
+    const TrainResult r = kiln::train::gpt::train(c, log);
+    std::ofstream(dir + fmt::format("/rank{}", rank)) << r.skipped_steps << " " << r.loss_scale;
+  }, 240, "gpt_fsdp_f16_run"));
+  const std::string r0 = read(dir + "/rank0"), r1 = read(dir + "/rank1");
+  INFO(read(dir + "/f16.log"));
+  MESSAGE("--fsdp --amp f16 --loss-scale 2^22, 10 steps: rank 0 skipped steps and scale " << r0 << ", rank 1 " << r1);
+  CHECK(r0 == r1);
+  CHECK(std::stoi(r0) >= 1);
+  CHECK(std::stoi(r0) < 10);  // and some steps were taken
+  CHECK(test::contains(read(dir + "/f16.log"), "parameters gathered in f16"));
 }
 
 TEST_CASE("--fsdp --hsdp-shard-size 2 on 4 ranks ends with one process's weights; a bad size names the numbers") {
