@@ -2,8 +2,8 @@
 // on 2 ranks (every unit gathered in bf16 from f32 shards, gradients reduce-scattered in f32)
 // ends as close to the f32 run as the one-process `--amp bf16` run does; under `--amp f16` every
 // rank skips the same overflowing steps; `--fsdp
-// --hsdp-shard-size 2` on 4 ranks (2 shard groups of 2, replicated) ends with one process's
-// weights within 1e-5 (f32); a shard size that does not divide the data ranks is refused with its
+// --hsdp-shard-size 2` on 4 ranks (2 shard groups of 2, replicated), and with `--tp 2` on 8, ends
+// with one process's weights within 1e-5 (f32); a shard size that does not divide the data ranks is refused with its
 // numbers.
 #include <doctest/doctest.h>
 
@@ -59,19 +59,25 @@ TEST_CASE("--fsdp --amp f16 on 2 ranks: every rank skips the same overflowing st
   CHECK(test::contains(read(dir + "/f16.log"), "parameters gathered in f16"));
 }
 
-TEST_CASE("--fsdp --hsdp-shard-size 2 on 4 ranks ends with one process's weights; a bad size names the numbers") {
+TEST_CASE("--fsdp --hsdp-shard-size 2 on 4 ranks (and with --tp 2 on 8) ends with one process's weights; a bad size names the numbers") {
   const std::string dir = test::scratch_dir("gpt_hsdp");
   const TrainConfig base = config(dir);
   const TrainConfig one = layout(base, 1, 0, dir + "/one.safetensors");
   run(1, one, 6, dir + "/one.log", "gpt_hsdp_one");
-  for (int zero : {3, 2}) {
-    TrainConfig c = layout(base, 1, zero, dir + fmt::format("/hsdp_z{}.safetensors", zero));
+  struct Case {
+    int world, tp, zero;
+  };
+  // 4 ranks: data 4 in 2 shard groups of 2; 8 ranks: --tp 2, each tensor rank's data group of 4
+  // in 2 shard groups of 2.
+  for (const Case k : {Case{4, 1, 3}, Case{4, 1, 2}, Case{8, 2, 3}}) {
+    TrainConfig c = layout(base, k.tp, k.zero, dir + fmt::format("/hsdp_w{}_z{}.safetensors", k.world, k.zero));
     c.hsdp_shard_size = 2;
-    const std::string log = run(4, c, 6, dir + "/hsdp.log", "gpt_hsdp_run");
+    const std::string log = run(k.world, c, 6, dir + "/hsdp.log", "gpt_hsdp_run");
     INFO(log);
-    CHECK(test::contains(log, fmt::format("HSDP: ZeRO-{} within 2 shard group(s) of 2 rank(s), replicated", zero)));
+    CHECK(test::contains(log, fmt::format("HSDP: ZeRO-{} within 2 shard group(s) of 2 rank(s), replicated", k.zero)));
     const double d = weight_diff(base, one.save, c.save);
-    MESSAGE("--zero " << zero << " --hsdp-shard-size 2 on 4 ranks: max |HSDP - one process| = " << d);
+    MESSAGE("world " << k.world << " --tp " << k.tp << " --zero " << k.zero
+            << " --hsdp-shard-size 2: max |HSDP - one process| = " << d);
     CHECK(d <= 1e-5);
   }
   TrainConfig bad = layout(base, 1, 3, "");
