@@ -31,7 +31,7 @@ double max_diff(const nn::StateDict& a, const nn::Module& b) {
   return d;
 }
 
-void bf16_within_one_process_tolerance(int rank, int world) {
+void bf16_within_one_process_tolerance(int rank, int world, DType reduce) {
   auto pg = dist::init_process_group();
   manual_seed(5);
   auto f32 = std::make_shared<test::FsdpNet>();
@@ -40,7 +40,7 @@ void bf16_within_one_process_tolerance(int rank, int world) {
   bf16->to(kBFloat16);  // one process in bf16: a bf16 model, f32 master weights in the optimizer
   manual_seed(5);
   auto model = std::make_shared<test::FsdpNet>();
-  dist::FullyShardedDataParallel fsdp(model, pg, {.units = {"h"}, .param_dtype = kBFloat16});
+  dist::FullyShardedDataParallel fsdp(model, pg, {.units = {"h"}, .param_dtype = kBFloat16, .reduce_dtype = reduce});
   optim::AdamW opt_f32(f32->parameters(), optim::AdamOptions(1e-2));
   optim::AdamW opt_bf16(bf16->parameters(), optim::AdamOptions(1e-2));
   opt_bf16.set_master_weights();
@@ -77,16 +77,19 @@ void bf16_within_one_process_tolerance(int rank, int world) {
   for (auto& [name, p] : bf16->named_parameters()) one_bf16[name] = p;
   const double tolerance = max_diff(one_bf16, *f32), d = max_diff(got, *f32);
   if (rank == 0)
-    MESSAGE(world << " ranks: max |bf16 - f32| one process " << tolerance << ", FSDP gathering in bf16 " << d);
+    MESSAGE(world << " ranks, reduce-scatter in " << dtype_name(reduce) << ": max |bf16 - f32| one process "
+                  << tolerance << ", FSDP gathering in bf16 " << d);
   // The one process rounds its weights to bf16 after every step; FSDP keeps f32 shards and
   // rounds only the gathered copy, so it may come closer, never much further.
   expect(tolerance > 1e-4, "the one-process bf16 run is {} from f32: it did not run in bf16", tolerance);
   expect(d <= 1.5 * tolerance, "FSDP in bf16 is {} from the f32 run, the one-process bf16 run {}", d, tolerance);
 }
 
-TEST_CASE("FSDP gathering in bf16 (f32 shards, f32 reduce-scatter) is as close to f32 as one bf16 process, on 2 and 4 ranks") {
-  for (int n : {2, 4})
-    test::require_all_ok(test::run_ranks(n, bf16_within_one_process_tolerance, 180, "fsdp_mp_bf16_" + std::to_string(n)));
+TEST_CASE("FSDP gathering in bf16 (f32 shards; reduce-scatter in f32 or bf16) is as close to f32 as one bf16 process, on 2 and 4 ranks") {
+  for (DType reduce : {kFloat32, kBFloat16})
+    for (int n : {2, 4})
+      test::require_all_ok(test::run_ranks(n, [reduce](int r, int w) { bf16_within_one_process_tolerance(r, w, reduce); },
+                                           180, "fsdp_mp_bf16_" + std::to_string(n)));
 }
 
 /// f16 gathers, f32 reduce-scatter, a dynamic loss scale. Step 0 is clean. In step 1 rank 0's
