@@ -1,9 +1,9 @@
 // FSDP's mixed precision (FsdpOptions::param_dtype / reduce_dtype, as FSDP2's MixedPrecisionPolicy)
-// on real processes: units gathered in bf16 from f32 shards end as close to the f32 run as the
-// one-process bf16 run (a bf16 model with f32 master weights) does; and under f16 an overflow in
-// one rank's gradient, which the reduce-scatter hands to one shard only, skips the step on every
-// rank once the loss scaler's flag is shared (and, as a control, on that shard's rank alone if
-// it is not).
+// on real processes: units gathered in bf16 from f32 shards (reduce-scatter in f32, or in bf16)
+// end as close to the f32 run as the one-process bf16 run (a bf16 model with f32 master weights)
+// does; and under f16 an overflow in one rank's gradient, which the reduce-scatter hands to one
+// shard only, skips the step on every rank once the loss scaler's flag is shared (and, as a
+// control, on that shard's rank alone if it is not).
 #include <doctest/doctest.h>
 
 #include <cmath>
