@@ -89,7 +89,8 @@ void run_rank(Sharding s, const Options& o, const std::string& rows) {
 
   // The model as the trainers build it (gpt_sharded_trainer.cc, gpt_trainer.cc for ZeRO-1).
   train::gpt::ShardedGPT m;
-  m.groups = dist::make_groups(train::gpt::sharded_layout(c, n));
+  const dist::ParallelLayout layout = train::gpt::sharded_layout(c, n);
+  m.groups = dist::make_groups(layout);
   manual_seed(c.seed);
   auto whole = std::make_shared<models::gpt::GPT>(c.gpt);
   bench::ParamCount count;
@@ -97,25 +98,10 @@ void run_rank(Sharding s, const Options& o, const std::string& rows) {
     count.total += static_cast<double>(p.numel());
     if (models::gpt::parameter_split(name).dim >= 0) count.split += static_cast<double>(p.numel());
   }
-  std::shared_ptr<nn::Module> local = whole;
-  if (c.tp > 1) {
-    m.tp = std::make_shared<models::gpt::TensorParallelGPT>(*whole, m.groups.tensor, false);
-    whole.reset();
-    local = m.tp;
-  } else {
-    m.whole = whole;
-  }
+  train::gpt::wrap_sharded(m, c, layout, std::move(whole));
   std::vector<double> units;
-  if (c.zero >= 2) {
-    m.fsdp = std::make_shared<dist::FullyShardedDataParallel>(
-        local, m.groups.data,
-        dist::FsdpOptions{.units = {"h"},
-                          .strategy = c.zero == 3 ? dist::ShardingStrategy::kFullShard
-                                                  : dist::ShardingStrategy::kShardGradOp});
+  if (m.fsdp)
     for (const auto& u : m.fsdp->units()) units.push_back(static_cast<double>(u.numel));
-  } else if (m.groups.data->size() > 1) {
-    m.ddp = std::make_shared<dist::DistributedDataParallel>(local, m.groups.data);
-  }
   std::unique_ptr<optim::Optimizer> opt;
   dist::ZeroRedundancyOptimizer* zero = nullptr;
   if (c.zero == 1) {

@@ -84,6 +84,10 @@ struct Flags {
                    "parameters (FSDP over the data-parallel ranks)")
         ->check(cli::range(0, 3));
     app.add_flag("--fsdp", fsdp, "fully sharded data parallel: --ddp --zero 3");
+    app.add_option("--hsdp-shard-size", c.hsdp_shard_size,
+                   "with --fsdp or --zero 2|3: hybrid sharding, FSDP within groups of S data-parallel ranks, replicated "
+                   "across the groups (S divides the data ranks)")
+        ->check(cli::range(1, 1 << 16));
     app.add_option("--tp", c.tp,
                    "tensor parallel: each block's heads and MLP features and the vocabulary split over T ranks "
                    "(world = data x T under //distributed/launch)")
@@ -144,6 +148,7 @@ struct Flags {
     if (c.zero == 1 && !c.ddp) return "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp";
     if (c.zero >= 2 && !c.ddp)
       return fmt::format("--zero {} shards over data-parallel ranks: add --ddp (or use --fsdp)", c.zero);
+    if (c.hsdp_shard_size > 0 && c.zero < 2) return "--hsdp-shard-size needs --fsdp (or --ddp --zero 2|3)";
     if (c.sequence_parallel && c.tp < 2) return "--sequence-parallel needs --tp 2 or more";
     if (c.sequence_parallel && c.pipeline_stages > 1) return "--sequence-parallel is not supported with --pipeline-stages";
     if (c.tp > 1 && c.zero == 1) return "--tp with --zero 1 is not supported: use --zero 2 or 3 (FSDP) with --tp";

@@ -1,8 +1,11 @@
 #include "models/gpt_tensor_parallel.h"
 
+#include <optional>
+
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
+#include "distributed/tensor_parallel/random.h"
 #include "nn/functional.h"
 
 namespace kiln::models::gpt {
@@ -30,28 +33,35 @@ std::shared_ptr<nn::LayerNorm> layer_norm_like(const nn::LayerNorm& src, const t
 class ParallelAttention : public nn::Module {
  public:
   ParallelAttention(const CausalSelfAttention& whole, const GPTConfig& c, const tp::GroupPtr& g, tp::SequenceParallel sp)
-      : local_heads_(c.n_head / g->size()), head_dim_(c.n_embd / c.n_head), dropout_(c.dropout) {
+      : local_heads_(c.n_head / g->size()), head_dim_(c.n_embd / c.n_head), dropout_(c.dropout), group_(g) {
     c_attn = register_module("c_attn", tp::ColumnParallelLinear(*whole.c_attn, g, false, /*parts=*/3, sp));
     c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g, true, sp));
-    resid_dropout = register_module("resid_dropout", nn::Dropout(c.dropout));
+    // After the row-parallel all-reduce the output is whole on every rank (a replicated region),
+    // but under sequence parallelism each rank holds its part of the sequence (a sharded one).
+    resid_dropout = register_module("resid_dropout", std::make_shared<tp::ParallelDropout>(c.dropout, g, sp.enabled));
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = c_attn(x);  // [B, T, 3 C / T]: the whole sequence, this rank's heads
     const int64_t b = h.size(0), t = h.size(1), width = local_heads_ * head_dim_;
     std::vector<Tensor> qkv = h.split(width, 2);
     auto heads = [&](const Tensor& m) { return m.reshape({b, t, local_heads_, head_dim_}).transpose(1, 2); };
+    // This rank's heads are a sharded region: their dropout mask is this rank's own.
+    const double p = is_training() ? dropout_ : 0.0;
+    std::optional<Generator> gen;
+    if (p > 0) gen.emplace(tp::sharded_region_seed(*group_));
     Tensor y = F::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                               {.dropout_p = is_training() ? dropout_ : 0.0, .causal = true});
+                                               {.dropout_p = p, .causal = true, .generator = gen ? &*gen : nullptr});
     return resid_dropout(c_proj(y.transpose(1, 2).reshape({b, t, width})));
   }
 
   nn::ModulePtr<tp::ColumnParallelLinear> c_attn;
   nn::ModulePtr<tp::RowParallelLinear> c_proj;
-  nn::ModulePtr<nn::Dropout> resid_dropout;
+  nn::ModulePtr<tp::ParallelDropout> resid_dropout;
 
  private:
   int64_t local_heads_, head_dim_;
   double dropout_;
+  tp::GroupPtr group_;
 };
 
 class ParallelMLP : public nn::Module {
@@ -59,7 +69,7 @@ class ParallelMLP : public nn::Module {
   ParallelMLP(const MLP& whole, const GPTConfig& c, const tp::GroupPtr& g, tp::SequenceParallel sp) {
     c_fc = register_module("c_fc", tp::ColumnParallelLinear(*whole.c_fc, g, false, 1, sp));
     c_proj = register_module("c_proj", tp::RowParallelLinear(*whole.c_proj, g, true, sp));
-    dropout = register_module("dropout", nn::Dropout(c.dropout));
+    dropout = register_module("dropout", std::make_shared<tp::ParallelDropout>(c.dropout, g, sp.enabled));
   }
   Tensor forward(const Tensor& x) override {
     return dropout(c_proj(F::gelu(c_fc(x), "tanh")));
@@ -67,7 +77,7 @@ class ParallelMLP : public nn::Module {
 
   nn::ModulePtr<tp::ColumnParallelLinear> c_fc;
   nn::ModulePtr<tp::RowParallelLinear> c_proj;
-  nn::ModulePtr<nn::Dropout> dropout;
+  nn::ModulePtr<tp::ParallelDropout> dropout;
 };
 
 class ParallelBlock : public nn::Module {

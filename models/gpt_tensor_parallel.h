@@ -6,7 +6,9 @@
 // starts from the weights one process would; parameter names are the GPT's, each holding this
 // rank's shard. Two all-reduces forward and two backward per block, as in Megatron; with
 // `sequence_parallel` each becomes a reduce-scatter / all-gather pair and the LayerNorms and
-// residual stream hold 1/T of the sequence (their replicated weights' gradients summed).
+// residual stream hold 1/T of the sequence (their replicated weights' gradients summed). Dropout
+// as Megatron's RNG tracker (distributed/tensor_parallel/random.h): the same mask on every rank
+// where activations are replicated, a mask per rank over its heads (and its part of the sequence).
 #pragma once
 
 #include <memory>

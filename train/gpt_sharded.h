@@ -2,7 +2,8 @@
 // features, and the vocabulary, split over T ranks as Megatron-LM splits them;
 // models/gpt_tensor_parallel.h) and fully sharded data parallel (--zero 2|3, or --fsdp for 3:
 // dist::FullyShardedDataParallel over the data-parallel ranks, the blocks its units), alone or
-// together, with --ddp: world = data x tensor ranks, every group built from one
+// together, with --ddp (--amp gathering FSDP's units in bf16/f16; --hsdp-shard-size for hybrid
+// sharding): world = data x tensor ranks, every group built from one
 // dist::ParallelLayout (tensor rank fastest, as Megatron's initialize_model_parallel) and the
 // layout printed by rank 0. Each data-parallel rank reads the rows a one-process --ddp rank of
 // the same data size reads; its tensor-parallel peers read the same ones. The same AdamW (decay
@@ -81,6 +82,13 @@ class ShardedAdamW : public optim::AdamW {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> decayed_;
   double weight_decay_;
 };
+
+/// Builds `m`'s model from `whole` (this rank's one-process GPT, on its device; released here) as
+/// the sharded trainer runs it: split over m.groups.tensor (--tp > 1), then fully sharded (--zero
+/// 2|3: FSDP over m.groups.data, the blocks its units; gathered in bf16/f16 under --amp, gradients
+/// reduced in f32; HSDP with --hsdp-shard-size) or replicated (DDP with --ddp over more than one
+/// data rank). m.groups must be made from `layout`. A collective.
+void wrap_sharded(ShardedGPT& m, const TrainConfig& c, const dist::ParallelLayout& layout, std::shared_ptr<GPT> whole);
 
 /// The optimizer of a sharded run: make_optimizer over the model's parameters, or ShardedAdamW
 /// over FSDP's shards.

@@ -135,7 +135,7 @@ double clip_sharded_grad_norm(ShardedGPT& m, double max_norm) {
   }
   Tensor s = full({1}, sumsq, TensorOptions().dtype(kFloat64)).to(m.comm);
   if (m.tp) m.groups.tensor->allreduce(s)->wait();
-  if (m.fsdp) m.groups.data->allreduce(s)->wait();
+  if (m.fsdp) m.fsdp->process_group().allreduce(s)->wait();  // the shard group: HSDP's replicas hold the same
   const double total = std::sqrt(s.to(kCPU).item<double>());
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1)

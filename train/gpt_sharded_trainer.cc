@@ -23,7 +23,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string strategy_name(const TrainConfig& c) {
+std::string strategy_name(const TrainConfig& c, int data) {
+  if (c.hsdp_shard_size > 0)
+    return fmt::format("HSDP: ZeRO-{} within {} shard group(s) of {} rank(s), replicated across them", c.zero,
+                       data / c.hsdp_shard_size, c.hsdp_shard_size);
   if (c.zero == 3) return "ZeRO-3 (FSDP full shard: parameters, gradients and AdamW's state)";
   if (c.zero == 2) return "ZeRO-2 (FSDP shard-grad-op: gradients and AdamW's state; parameters kept from forward to backward)";
   return c.ddp ? "replicated, gradients all-reduced (DDP)" : "none";
@@ -49,7 +52,38 @@ std::unique_ptr<GPT> gpt_with(const TrainConfig& c, const nn::StateDict& weights
 
 }  // namespace
 
-bool is_sharded(const TrainConfig& c) { return c.tp > 1 || c.zero >= 2; }
+void wrap_sharded(ShardedGPT& m, const TrainConfig& c, const dist::ParallelLayout& layout, std::shared_ptr<GPT> whole) {
+  std::shared_ptr<nn::Module> local;
+  if (c.tp > 1) {
+    m.tp = std::make_shared<TensorParallelGPT>(*whole, m.groups.tensor, c.sequence_parallel);
+    local = m.tp;
+  } else {
+    m.whole = whole;
+    local = whole;
+  }
+  whole.reset();
+  if (c.zero >= 2) {
+    dist::FsdpOptions options{
+        .units = {"h"},
+        .strategy = c.zero == 3 ? dist::ShardingStrategy::kFullShard : dist::ShardingStrategy::kShardGradOp};
+    // --amp under FSDP: every unit gathered in bf16/f16 from the f32 shards, gradients reduced in f32.
+    if (c.amp != "none") options.param_dtype = c.amp == "f16" ? kFloat16 : kBFloat16;
+    std::shared_ptr<dist::ProcessGroup> shard_group = m.groups.data;
+    if (c.hsdp_shard_size > 0) {
+      std::vector<std::vector<int>> data_groups;  // every data group of the layout, on every rank
+      for (int r = 0; r < layout.world(); ++r)
+        if (layout.coords(r).data == 0) data_groups.push_back(layout.data_ranks(r));
+      const dist::HsdpGroups hsdp = dist::hsdp_groups(data_groups, c.hsdp_shard_size);
+      shard_group = hsdp.shard;
+      options.replicate = hsdp.replicate;
+    }
+    m.fsdp = std::make_shared<dist::FullyShardedDataParallel>(local, shard_group, options);
+  } else if (c.ddp && layout.data() > 1) {
+    m.ddp = std::make_shared<dist::DistributedDataParallel>(local, m.groups.data);
+  }
+}
+
+bool is_sharded(const TrainConfig& c) { return c.tp > 1 || c.zero >= 2 || c.hsdp_shard_size > 0; }
 
 dist::ParallelLayout sharded_layout(const TrainConfig& c, int world) {
   KILN_CHECK(c.tp >= 1, "--tp {}: the tensor-parallel size must be at least 1", c.tp);
@@ -63,6 +97,9 @@ dist::ParallelLayout sharded_layout(const TrainConfig& c, int world) {
              "--tp {} with --zero 1: ZeRO-1's sharded optimizer is not supported with tensor parallelism; use --zero 2 "
              "or 3 (FSDP over the data-parallel ranks) with --tp", c.tp);
   KILN_CHECK(c.zero < 2 || c.ddp, "--zero {} shards over data-parallel ranks: add --ddp (or use --fsdp)", c.zero);
+  KILN_CHECK(c.hsdp_shard_size == 0 || c.zero >= 2,
+             "--hsdp-shard-size {} shards FSDP's units within groups: add --fsdp (or --ddp --zero 2|3)",
+             c.hsdp_shard_size);
   KILN_CHECK(!(c.zero >= 2 && c.gpt.checkpoint_activations),
              "--zero {}: --activation-checkpointing is not supported under FSDP (a recomputed block would be freed "
              "under its backward)", c.zero);
@@ -74,6 +111,9 @@ dist::ParallelLayout sharded_layout(const TrainConfig& c, int world) {
              c.tp, 4 * g.n_embd, g.n_embd);
   KILN_CHECK(world % c.tp == 0, "--tp {}: the world of {} ranks is not data x tensor for any data size (start a "
              "multiple of {} ranks)", c.tp, world, c.tp);
+  KILN_CHECK(c.hsdp_shard_size == 0 || (c.hsdp_shard_size >= 1 && world / c.tp % c.hsdp_shard_size == 0),
+             "--hsdp-shard-size {} does not divide the {} data-parallel ranks (world {} / tensor {}): use a divisor "
+             "of {}", c.hsdp_shard_size, world / c.tp, world, c.tp, world / c.tp);
   KILN_CHECK(c.ddp || world == c.tp,
              "--tp {}: {} ranks started; without --ddp start exactly {} (one per tensor rank), or add --ddp for data "
              "{} x tensor {}", c.tp, world, c.tp, world / c.tp, c.tp);
@@ -132,24 +172,7 @@ TrainResult train_sharded(const TrainConfig& config, std::ostream& log) {
   r.params = whole->num_parameters();
   const double flops_per_token = whole->flops_per_token(t);
 
-  std::shared_ptr<nn::Module> local;
-  if (c.tp > 1) {
-    m.tp = std::make_shared<TensorParallelGPT>(*whole, m.groups.tensor, c.sequence_parallel);
-    whole.reset();  // this rank keeps its shards only
-    local = m.tp;
-  } else {
-    m.whole = whole;
-    local = whole;
-  }
-  if (c.zero >= 2) {
-    m.fsdp = std::make_shared<dist::FullyShardedDataParallel>(
-        local, m.groups.data,
-        dist::FsdpOptions{.units = {"h"},
-                          .strategy = c.zero == 3 ? dist::ShardingStrategy::kFullShard
-                                                  : dist::ShardingStrategy::kShardGradOp});
-  } else if (c.ddp && data > 1) {
-    m.ddp = std::make_shared<dist::DistributedDataParallel>(local, m.groups.data);
-  }
+  wrap_sharded(m, c, layout, std::move(whole));  // this rank keeps its shards only
   auto opt = make_sharded_optimizer(c, m);
   if (!c.resume.empty()) {
     if (!resumed_optimizer.empty()) opt->load_state_dict(local_optimizer_state(m, resumed_optimizer, *opt));
@@ -171,8 +194,11 @@ TrainResult train_sharded(const TrainConfig& config, std::ostream& log) {
                      c.tp > 1 ? fmt::format("{} ranks ({} heads, {} vocabulary rows each)", c.tp, c.gpt.n_head / c.tp,
                                             c.gpt.vocab_size / c.tp)
                               : std::string("off"),
-                     c.sequence_parallel ? ", sequence parallel" : "", data, strategy_name(c), local_params / 1e6,
+                     c.sequence_parallel ? ", sequence parallel" : "", data, strategy_name(c, data), local_params / 1e6,
                      r.params / 1e6);
+  if (m.fsdp && mp.enabled())
+    out << fmt::format("FSDP mixed precision: parameters gathered in {} from f32 shards, gradients reduce-scattered in "
+                       "f32\n", c.amp);
   out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; {} train / {} val bytes; "
                      "{} tokens per step = {} x {} tokens x {} micro-steps x {} data ranks; peak {:.1f} GFLOP/s ({})\n",
                      c.model, c.gpt.n_layer, c.gpt.n_head, c.gpt.n_embd, c.gpt.vocab_size, r.params / 1e6,

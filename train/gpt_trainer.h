@@ -62,6 +62,9 @@ struct TrainConfig {
   /// fully sharded over the data-parallel ranks instead of replicated (gpt_sharded.h).
   int tp = 1;
   bool sequence_parallel = false;  // --sequence-parallel (with --tp): LayerNorms on 1/T of the sequence
+  /// --hsdp-shard-size (with zero 2|3): hybrid sharding, FSDP within groups of this many
+  /// data-parallel ranks, replicated across the groups (0: one group of all of them).
+  int hsdp_shard_size = 0;
   uint64_t seed = 1337;
   int threads = 0;
   Device device;

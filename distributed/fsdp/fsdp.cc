@@ -16,7 +16,7 @@ struct Unit {
   FullyShardedDataParallel::UnitInfo info;
   std::vector<Tensor> params;
   std::vector<int64_t> offsets;
-  Tensor flat;                 // [padded]: the parameters' storage, resized to 0 while freed
+  Tensor flat;                 // [padded] in the gather dtype: the parameters' storage, resized to 0 while freed
   Tensor shard;                // [padded / N], f32 leaf
   bool gathered = true;
   WorkPtr gather_work;
@@ -24,12 +24,13 @@ struct Unit {
   int pending = 0;             // gradients still to come in this backward
   bool ready = false;
   Tensor grad_flat, grad_out;  // the reduce-scatter's input and output
-  WorkPtr rs_work;
+  WorkPtr rs_work, ar_work;    // ar_work: HSDP's all-reduce of grad_out across the replicas
 };
 
 struct FullyShardedDataParallel::State {
-  std::shared_ptr<ProcessGroup> pg;
+  std::shared_ptr<ProcessGroup> pg, replicate;  // replicate: HSDP's, else null
   FsdpOptions options;
+  DType gather_dtype = kFloat32;
   Device device;
   std::vector<Unit> units;  // [0]: the root
   FsdpStats stats;
@@ -40,9 +41,14 @@ struct FullyShardedDataParallel::State {
   /// first. At most kMaxInFlight stay: each holds its unit's whole gradient (grad_flat), so
   /// unbounded, a step's peak held the whole model's gradient, as ZeRO-2 without sharding would.
   std::vector<size_t> in_flight;
+  /// HSDP: units whose reduce-scatter is done and whose all-reduce across the replicas is in
+  /// flight, oldest first (each holds 1/N of its unit: grad_out), at most kMaxInFlight too.
+  std::vector<size_t> replicating;
   static constexpr size_t kMaxInFlight = 2;
 
   int world() const { return pg->size(); }
+  /// Ranks a gradient is averaged over: the shard group's, times the replicas under HSDP.
+  int ranks() const { return pg->size() * (replicate ? replicate->size() : 1); }
 
   void start_gather(size_t u) {
     Unit& un = units[u];
@@ -50,7 +56,9 @@ struct FullyShardedDataParallel::State {
     StorageImpl& st = *un.flat.storage();
     un.version = st.version();
     st.resize_(static_cast<size_t>(un.info.padded) * un.flat.element_size());
-    un.gather_work = pg->allgather_into_tensor(un.flat, un.shard.detach());
+    Tensor local = un.shard.detach();
+    if (gather_dtype != local.dtype()) local = local.to(gather_dtype);  // mixed precision: gather in bf16/f16
+    un.gather_work = pg->allgather_into_tensor(un.flat, local);
     ++stats.gathers;
   }
 
@@ -78,6 +86,7 @@ struct FullyShardedDataParallel::State {
     callback_queued = in_finish = false;
     next_launch = 0;
     in_flight.clear();
+    replicating.clear();
     for (Unit& un : units) {
       un.pending = 0;
       for (const Tensor& p : un.params) un.pending += p.requires_grad() ? 1 : 0;
@@ -127,43 +136,64 @@ struct FullyShardedDataParallel::State {
 
   void launch(size_t u) {
     Unit& un = units[u];
-    un.grad_flat = zeros({un.info.padded}, TensorOptions().device(device));
+    const TensorOptions reduce = TensorOptions().dtype(options.reduce_dtype).device(device);
+    un.grad_flat = zeros({un.info.padded}, reduce);
     for (size_t i = 0; i < un.params.size(); ++i) {
       Tensor g = un.params[i].grad();
       if (!g.defined()) continue;
-      un.grad_flat.narrow(0, un.offsets[i], g.numel()).copy_(g.reshape({-1}));
+      un.grad_flat.narrow(0, un.offsets[i], g.numel()).copy_(g.reshape({-1}));  // widened to reduce_dtype
       un.params[i].set_grad(Tensor());
     }
-    un.grad_out = empty({un.info.padded / world()}, TensorOptions().device(device));
+    un.grad_out = empty({un.info.padded / world()}, reduce);
     un.rs_work = pg->reduce_scatter_tensor(un.grad_out, un.grad_flat, ReduceOp::kSum);
     if (!in_finish) ++stats.launched_during_backward;
     if (u != 0) free(u);
     in_flight.push_back(u);
     while (in_flight.size() > kMaxInFlight) {
-      fold(in_flight.front());
+      reduced(in_flight.front());
       in_flight.erase(in_flight.begin());
     }
   }
 
-  /// Waits for unit u's reduce-scatter, adds its mean into the shard's gradient and frees the
-  /// unit's whole gradient.
+  /// Waits for unit u's reduce-scatter and frees the unit's whole gradient; then folds the result
+  /// into the shard or, under HSDP, starts its all-reduce across the replicas (in the same order
+  /// on every rank), folded once kMaxInFlight newer ones are in flight or backward ends.
+  void reduced(size_t u) {
+    Unit& un = units[u];
+    un.rs_work->wait();
+    un.rs_work.reset();
+    un.grad_flat = Tensor();
+    if (!replicate) return fold(u);
+    un.ar_work = replicate->allreduce(un.grad_out, ReduceOp::kSum);
+    replicating.push_back(u);
+    while (replicating.size() > kMaxInFlight) {
+      fold(replicating.front());
+      replicating.erase(replicating.begin());
+    }
+  }
+
+  /// Adds unit u's mean gradient (reduced, and all-reduced under HSDP) into its shard's f32 .grad.
   void fold(size_t u) {
     Unit& un = units[u];
     NoGradGuard no_grad;
-    un.rs_work->wait();
-    un.rs_work.reset();
-    Tensor g = un.grad_out / Scalar(static_cast<double>(world()));
+    if (un.ar_work) {
+      un.ar_work->wait();
+      un.ar_work.reset();
+    }
+    Tensor g = un.grad_out.to(kFloat32) / Scalar(static_cast<double>(ranks()));
     if (un.shard.grad().defined()) un.shard.grad().add_(g);
     else un.shard.set_grad(g);
-    un.grad_flat = un.grad_out = Tensor();
+    un.grad_out = Tensor();
   }
 
   void finish() {
     in_finish = true;
     for (Unit& un : units) un.ready = true;  // a unit without gradients reduces zeros
     launch_ready();
-    for (size_t u : in_flight) fold(u);
+    for (size_t u : in_flight) reduced(u);
     in_flight.clear();
+    for (size_t u : replicating) fold(u);
+    replicating.clear();
     stats.reduce_scatters = static_cast<int>(units.size());
     for (size_t u = 0; u < units.size(); ++u) free(u);
     armed = false;
@@ -208,7 +238,15 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   KILN_CHECK(model_ != nullptr && pg_ != nullptr, "FullyShardedDataParallel: the model or the process group is null");
   State& s = *state_;
   s.pg = pg_;
+  s.replicate = options.replicate;
   s.options = options;
+  s.gather_dtype = options.param_dtype.value_or(kFloat32);
+  KILN_CHECK(s.gather_dtype == kFloat32 || s.gather_dtype == kBFloat16 || s.gather_dtype == kFloat16,
+             "FullyShardedDataParallel: param_dtype {} is not a floating dtype to compute in (bf16, f16 or f32)",
+             s.gather_dtype);
+  KILN_CHECK(options.reduce_dtype == kFloat32 || options.reduce_dtype == s.gather_dtype,
+             "FullyShardedDataParallel: reduce_dtype {} must be f32 or the param_dtype {}", options.reduce_dtype,
+             s.gather_dtype);
   const int world = pg_->size();
   KILN_CHECK(!model_->parameters().empty(), "FullyShardedDataParallel: the model has no parameters");
   s.device = model_->parameters().front().device();
@@ -268,13 +306,16 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
     for (size_t i = 0; i < un.params.size(); ++i)
       un.flat.narrow(0, un.offsets[i], un.params[i].numel()).copy_(un.params[i].reshape({-1}));
     pg_->broadcast(un.flat, 0)->wait();
+    if (s.replicate) s.replicate->broadcast(un.flat, 0)->wait();  // then every replica holds rank 0's
     const int64_t chunk = un.info.padded / world;
     un.shard = un.flat.narrow(0, pg_->rank() * chunk, chunk).clone().requires_grad_();
+    if (s.gather_dtype != kFloat32) un.flat = un.flat.to(s.gather_dtype);
     for (size_t i = 0; i < un.params.size(); ++i) {
       TensorImpl* impl = un.params[i].unsafe_impl();
       impl->storage = un.flat.storage();
       impl->offset = un.offsets[i];
       impl->strides = contiguous_strides(impl->sizes);
+      impl->dtype = s.gather_dtype;  // the model computes in the dtype it is gathered in
     }
   }
   for (size_t u = 0; u < s.units.size(); ++u) {
@@ -298,7 +339,9 @@ Tensor FullyShardedDataParallel::forward(const Tensor& x) {
   State& s = *state_;
   s.prepare();
   s.before_forward(0);
-  Tensor y = model_->forward(x);
+  // As FSDP2's cast_forward_inputs: a floating input meets weights of the gather dtype.
+  const bool cast = x.is_floating_point() && x.dtype() != s.gather_dtype;
+  Tensor y = model_->forward(cast ? x.to(s.gather_dtype) : x);
   if (!s.armed || !y.requires_grad())
     for (size_t u = 0; u < s.units.size(); ++u) s.free(u);  // no backward will come
   return y;
@@ -405,5 +448,7 @@ int64_t FullyShardedDataParallel::gathered_bytes() const {
 }
 
 const FsdpStats& FullyShardedDataParallel::stats() const { return state_->stats; }
+
+const std::shared_ptr<ProcessGroup>& FullyShardedDataParallel::replicate_group() const { return state_->replicate; }
 
 }  // namespace kiln::dist

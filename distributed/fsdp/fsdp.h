@@ -20,13 +20,20 @@
 // through this object while it lives; to use the weights elsewhere take full_state_dict() (its
 // parameters stay empty views after it is destroyed). Every rank
 // must start from the same weights (a shared seed); training then matches one process on the
-// union of the ranks' batches. Mixed precision: run the forward under amp's autocast (bf16/f16
-// compute, f32 shards) and share a GradScaler's found-inf flag (dist::share_found_inf).
+// union of the ranks' batches. Mixed precision, as FSDP2's MixedPrecisionPolicy: param_dtype
+// gathers the units in bf16/f16 from the f32 shards (the model computes in it; run the forward
+// under amp's autocast for the f32-class ops), reduce_dtype is what the gradients are
+// reduce-scattered in (f32 by default); with f16 share a GradScaler's found-inf flag over every
+// rank (dist::share_found_inf): an overflow lands in one rank's shard only. HSDP (hybrid
+// sharding, FSDP2's 2-D mesh): `pg` is the shard group and FsdpOptions::replicate the group of
+// this rank's replicas (hsdp_groups() builds both); gradients are reduce-scattered within the
+// shard group, then all-reduced across the replicas.
 // Checkpoints: distributed/fsdp/fsdp_checkpoint.h (sharded, reshardable; consolidated export).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +53,28 @@ struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   /// Start the next unit's all-gather while the current unit runs (forward and backward).
   bool prefetch = true;
+  /// Mixed precision: the dtype the units are gathered in and the model computes in (kBFloat16
+  /// or kFloat16; unset: f32, the shards' own). Floating inputs of forward() are cast to it.
+  std::optional<DType> param_dtype;
+  /// The dtype gradients are reduce-scattered (and, under HSDP, all-reduced) in: kFloat32 (the
+  /// default: a sum over many ranks keeps f32's precision) or param_dtype (half the traffic).
+  DType reduce_dtype = kFloat32;
+  /// HSDP: the ranks that hold the same shard as this one in the other shard groups (the
+  /// constructor's group is then this rank's shard group). Null: plain FSDP.
+  std::shared_ptr<ProcessGroup> replicate;
 };
+
+/// This rank's two groups of hybrid sharding over `data_groups` (each a list of world ranks, every
+/// data-parallel group of the job, the same lists on every rank): each data group cut into shard
+/// groups of `shard_size` consecutive ranks; rank i of every shard group of a data group forms a
+/// replicate group. A collective over the default group (new_group). Throws naming the numbers
+/// when shard_size does not divide a data group's size.
+struct HsdpGroups {
+  std::shared_ptr<ProcessGroup> shard, replicate;
+};
+HsdpGroups hsdp_groups(const std::vector<std::vector<int>>& data_groups, int shard_size);
+/// The same over the whole world (one data group: every rank).
+HsdpGroups hsdp_groups(int shard_size);
 
 /// What the last backward did.
 struct FsdpStats {
@@ -103,7 +131,10 @@ class FullyShardedDataParallel : public nn::Module {
   int64_t gathered_bytes() const;
   const FsdpStats& stats() const;
   nn::Module& module() { return *model_; }
+  /// The shard group (the whole data-parallel group unless HSDP).
   ProcessGroup& process_group() const { return *pg_; }
+  /// HSDP's replicate group, or null.
+  const std::shared_ptr<ProcessGroup>& replicate_group() const;
 
   struct State;  // shared with the units' wrappers and the hooks
 

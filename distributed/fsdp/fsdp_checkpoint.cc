@@ -43,8 +43,11 @@ void save_fsdp_checkpoint(const std::string& dir, FullyShardedDataParallel& fsdp
     tensors[fmt::format("shard.{}", u)] = shards[u].detach();
   }
   for (auto& [key, t] : optimizer.state_dict()) tensors["optim." + key] = t;
-  nn::save_safetensors(shard_path(dir, pg.rank(), pg.size()), tensors, meta);
+  // HSDP: the replicas hold the same shard; the first of them writes it.
+  const std::shared_ptr<ProcessGroup>& replicate = fsdp.replicate_group();
+  if (!replicate || replicate->rank() == 0) nn::save_safetensors(shard_path(dir, pg.rank(), pg.size()), tensors, meta);
   pg.barrier()->wait();
+  if (replicate) replicate->barrier()->wait();
 }
 
 void load_fsdp_checkpoint(const std::string& dir, FullyShardedDataParallel& fsdp, optim::Optimizer& optimizer) {
@@ -114,8 +117,10 @@ void load_fsdp_checkpoint(const std::string& dir, FullyShardedDataParallel& fsdp
 void save_consolidated(const std::string& path, FullyShardedDataParallel& fsdp) {
   nn::StateDict whole = fsdp.full_state_dict();
   ProcessGroup& pg = fsdp.process_group();
-  if (pg.rank() == 0) nn::save_safetensors(path, {whole.begin(), whole.end()});
+  const std::shared_ptr<ProcessGroup>& replicate = fsdp.replicate_group();
+  if (pg.rank() == 0 && (!replicate || replicate->rank() == 0)) nn::save_safetensors(path, {whole.begin(), whole.end()});
   pg.barrier()->wait();
+  if (replicate) replicate->barrier()->wait();
 }
 
 }  // namespace kiln::dist

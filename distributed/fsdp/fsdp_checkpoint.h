@@ -12,7 +12,8 @@
 
 namespace kiln::dist {
 
-/// A collective: every rank writes its file, then all wait for each other. Creates `dir`.
+/// A collective: every rank writes its file (under HSDP the first replica of each shard), then all
+/// wait for each other. Creates `dir`.
 void save_fsdp_checkpoint(const std::string& dir, FullyShardedDataParallel& fsdp, const optim::Optimizer& optimizer);
 
 /// Loads a checkpoint written by any number of ranks into this job's shards and `optimizer`

@@ -2,8 +2,8 @@
 // pipeline 2 x tensor 2, 8 processes): each layout ends with one process's weights (within 1e-5, f32; a weight decay of 5 so that decaying a bias or a
 // LayerNorm under FSDP's flat shards would show), a run stopped and resumed in the same layout
 // ends bit-identical to the uninterrupted one, and a checkpoint resumes into another layout
-// (another data or tensor size, one process) within 1e-5. Layouts that cannot work are refused
-// with their numbers.
+// (another data or tensor size, one process) within 1e-5. With dropout, --tp 2 runs repeat and
+// resume bit for bit. Layouts that cannot work are refused with their numbers.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,72 +15,12 @@
 #include "train/gpt_sharded.h"
 #include "train/gpt_trainer.h"
 #include "tests/distributed/multiprocess.h"
-#include "tests/train/gpt_test_config.h"
+#include "tests/train/gpt_sharded_util.h"
 
 using namespace kiln;
 using namespace kiln::models::gpt;
 using namespace kiln::train::gpt;
-
-namespace {
-
-/// 2 layers, 4 heads, width 32, vocabulary 256; 128 tokens per step (one process: 4 micro-batches
-/// of 2 x 16), 6 steps, clipping that acts, decay 5 (x lr 3e-3: 1.5 % a step on the matrices).
-TrainConfig config(const std::string& dir) {
-  TrainConfig c = test::tiny_gpt_config(dir);
-  c.gpt.block_size = 16;
-  c.gpt.n_head = 4;
-  c.gpt.dropout = 0;
-  c.batch_size = 2;
-  c.total_batch_tokens = 2 * 16 * 4;
-  c.max_steps = 6;
-  c.grad_clip = 0.5;
-  c.weight_decay = 5;
-  c.eval_every = 0;
-  c.sample_tokens = 0;
-  c.threads = 1;
-  return c;
-}
-
-TrainConfig layout(TrainConfig c, int tp, int zero, const std::string& save) {
-  c.tp = tp, c.zero = zero, c.ddp = zero > 0 || c.ddp;
-  c.save = save;
-  return c;
-}
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// Runs `c` on `world` ranks (to step `until`); rank 0's log goes to `log_path`, which is returned.
-std::string run(int world, const TrainConfig& c, int64_t until, const std::string& log_path, const std::string& name) {
-  test::require_all_ok(test::run_ranks(world, [&](int rank, int) {
-    std::ofstream log(rank == 0 ? log_path : std::string("/dev/null"));
-    TrainResult r = kiln::train::gpt::train(c, log);
-    test::expect(r.steps_done == until, "rank {}: step {} (want {})", rank, r.steps_done, until);
-  }, 240, name));
-  return read(log_path);
-}
-
-/// The largest difference between the weights of two checkpoints of `c`'s model (in a child
-/// process: this one forks the ranks and starts no threads of its own).
-double weight_diff(const TrainConfig& c, const std::string& a, const std::string& b) {
-  const std::string out = test::scratch_dir("gpt_sharded_diff") + "/diff";
-  test::require_all_ok(test::run_ranks(1, [&](int, int) {
-    GPT ma(c.gpt), mb(c.gpt);
-    train::load_checkpoint(a, ma, nullptr, nullptr);
-    train::load_checkpoint(b, mb, nullptr, nullptr);
-    auto pa = ma.parameters(), pb = mb.parameters();
-    double d = 0;
-    for (size_t i = 0; i < pa.size(); ++i) d = std::max(d, static_cast<double>((pa[i] - pb[i]).abs().max().item<float>()));
-    std::ofstream(out) << fmt::format("{:.17g}", d);
-  }, 60, "gpt_sharded_diff"));
-  return std::stod(read(out));
-}
-
-}  // namespace
+using namespace kiln::test::sharded;
 
 TEST_CASE("--tp 2 (and --sequence-parallel), --zero 2|3 on 2 ranks, --tp 2 --ddp and --tp 2 --zero 3 on 4 ranks end with one process's weights") {
   const std::string dir = test::scratch_dir("gpt_sharded_equal");
@@ -206,4 +146,28 @@ TEST_CASE("3D: data 2 x pipeline 2 x tensor 2 (8 processes) ends with one proces
   MESSAGE("3D 2x2x2: max |3D - one process| = " << d3 << "; its step-3 checkpoint resumed in one process: " << d1);
   CHECK(d3 <= 1e-5);
   CHECK(d1 <= 1e-5);
+}
+
+TEST_CASE("--tp 2 --sequence-parallel with dropout: two runs are identical and a stopped run resumes bit for bit") {
+  // The sharded regions' dropout generators are derived from the default generator per draw
+  // (distributed/tensor_parallel/random.h), so the checkpoint's generator state resumes them too.
+  const std::string dir = test::scratch_dir("gpt_sharded_dropout");
+  TrainConfig base = config(dir);
+  base.gpt.dropout = 0.2;
+  base.sequence_parallel = true;
+  const TrainConfig a = layout(base, 2, 0, dir + "/a.safetensors"), b = layout(base, 2, 0, dir + "/b.safetensors");
+  run(2, a, 6, dir + "/a.log", "gpt_sharded_dropout_a");
+  run(2, b, 6, dir + "/b.log", "gpt_sharded_dropout_b");
+  CHECK(weight_diff(base, a.save, b.save) == 0.0);
+  TrainConfig part = layout(base, 2, 0, dir + "/part.safetensors");
+  part.stop_after_steps = 3;
+  run(2, part, 3, dir + "/part.log", "gpt_sharded_dropout_part");
+  TrainConfig resumed = part;
+  resumed.stop_after_steps = 0, resumed.resume = part.save, resumed.save = dir + "/resumed.safetensors";
+  CHECK(test::contains(run(2, resumed, 6, dir + "/resumed.log", "gpt_sharded_dropout_resumed"), "resumed from"));
+  CHECK(weight_diff(base, a.save, resumed.save) == 0.0);
+  TrainConfig none = layout(base, 2, 0, dir + "/none.safetensors");  // dropout did act
+  none.gpt.dropout = 0;
+  run(2, none, 6, dir + "/none.log", "gpt_sharded_dropout_none");
+  CHECK(weight_diff(base, a.save, none.save) > 1e-4);
 }
