@@ -64,7 +64,7 @@ double read_double(const std::string& path) {
 
 TEST_CASE("DDP and ZeRO-1 through the Trainer end with one process's weights") {
   const fs::path data = test::make_data_dir();
-  const std::string dir = test::scratch_dir("fit_ddp");
+  const std::string dir = test::scratch_dir("fit_ddp_checkpoints");
   const std::string one = dir + "/one.safetensors", ddp = dir + "/ddp.safetensors", zero = dir + "/zero.safetensors";
   train_ranks(1, data, one, train::SingleProcess{}, 0, "fit_one");
   train_ranks(2, data, ddp, train::DataParallel{}, 0, "fit_ddp");
