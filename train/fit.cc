@@ -166,7 +166,8 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   model_->eval();
   std::unique_ptr<data::DataLoader> slice;
   data::DataLoader* l = &loader;
-  if (m.pg) {
+  const bool sharded = dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr;
+  if (m.pg && !sharded) {  // a loader with a DistributedSampler already holds this rank's share
     auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), m.rank, m.world);
     slice = std::make_unique<data::DataLoader>(loader.dataset(), loader_options(loader.options(), sampler));
     l = slice.get();

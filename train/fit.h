@@ -157,8 +157,9 @@ class Trainer {
   /// shuffle and seed), validating on `val` after every epoch when given.
   FitResult fit(data::DataLoader& train, data::DataLoader* val = nullptr);
   /// Mean loss and accuracy over `loader`, in eval mode without recording (under DataParallel
-  /// each rank takes a slice of the data set and the sums are all-reduced). Callbacks are not
-  /// told (fit's validation tells them).
+  /// each rank takes a contiguous slice of the loader's order, or the loader as it is when it has
+  /// a data::DistributedSampler, and the sums are all-reduced). Callbacks are not told (fit's
+  /// validation tells them). A collective under DataParallel.
   EvalMetrics evaluate(data::DataLoader& loader);
 
   /// Ends fit() after the current step (from on_step_end) or epoch (from on_epoch_end); the
