@@ -128,12 +128,12 @@ struct StepMetrics {
 struct FitResult {
   std::vector<EpochMetrics> epochs;  // the epochs completed by this call
   std::vector<double> step_losses;   // every step's loss of this call, in order (this rank's)
-  /// The last validation (the epoch end's, or the one after a stop mid-epoch).
+  /// The last epoch end's validation (none when no epoch ended in this call).
   std::optional<double> val_loss, val_accuracy;
   int64_t steps = 0;  // global optimizer steps reached
   int64_t epochs_done = 0;  // global epochs completed
   int64_t skipped_steps = 0;  // f16: steps skipped by the loss scaler on inf/NaN
-  bool stopped_early = false;  // a callback or the step limit ended the run before `epochs`
+  bool stopped_early = false;  // a callback stopped the run before its planned steps (epochs, max_steps)
   double samples_per_sec = 0;  // all ranks' training samples per second of training time
   double seconds = 0;  // wall time of fit()
   int64_t checkpoints = 0;  // checkpoints written

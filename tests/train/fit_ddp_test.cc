@@ -1,7 +1,7 @@
 // train::Trainer under DataParallel on 2 real ranks (127.0.0.1, Gloo): with two accumulated
 // micro-batches, gradient clipping and SGD with momentum, DDP and ZeRO-1 end with the weights one process
 // reaches on the concatenated batches (within 1e-5), report the same validation loss, and a
-// DDP run stopped mid-epoch resumes to the same weights.
+// DDP run stopped mid-epoch resumes to the same weights; early stopping stops every rank together.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -10,6 +10,7 @@
 #include "core/ops.h"
 #include "tests/distributed/multiprocess.h"
 #include "tests/train/fit_helpers.h"
+#include "train/callbacks.h"
 #include "train/checkpoint.h"
 
 using namespace kiln;
@@ -80,4 +81,23 @@ TEST_CASE("DDP and ZeRO-1 through the Trainer end with one process's weights") {
   train_ranks(2, data, part, train::DataParallel{}, 7, "fit_ddp_part");
   train_ranks(2, data, part, train::DataParallel{}, 0, "fit_ddp_rest");
   CHECK(weight_diff(ddp, part) == 0);
+}
+
+TEST_CASE("every rank sees the all-reduced epoch metrics, so early stopping stops them together") {
+  // lr 0: the validation loss never improves after epoch 1; patience 1 stops both ranks after epoch 2.
+  const fs::path data = test::make_data_dir();
+  test::require_all_ok(test::run_ranks(2, [&](int rank, int) {
+    data::DataLoader loader(test::synthetic_set(data, true), {.batch_size = 32, .shuffle = true, .seed = 3});
+    data::DataLoader val(test::synthetic_set(data, false), {.batch_size = 50});
+    train::Trainer trainer(test::small_mlp(), {.epochs = 5, .lr = 0, .log_every = 0, .log = nullptr,
+                                               .strategy = train::DataParallel{}});
+    trainer.add_callback(std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 1}));
+    train::FitResult r = trainer.fit(loader, &val);
+    test::expect(r.epochs_done == 2 && r.steps == 20 && r.stopped_early, "rank {}: {} epochs, {} steps", rank,
+                 r.epochs_done, r.steps);
+    test::expect(r.epochs.size() == 2 && r.epochs[0].val_loss == r.epochs[1].val_loss, "rank {}: val losses differ",
+                 rank);
+    // 640 images over 2 ranks at 32 per rank: 10 steps per epoch, 640 samples per epoch in all.
+    test::expect(r.samples_per_sec > 0, "rank {}: no samples/s", rank);
+  }, 120, "fit_ddp_early_stop"));
 }
