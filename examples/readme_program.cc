@@ -1,27 +1,22 @@
-// The README's first program: define a model, train it on Fashion-MNIST, save a checkpoint.
+// The README's first program: define a model, train it on Fashion-MNIST with the Trainer (early
+// stopping on the test loss, a checkpoint per epoch), print the test accuracy.
 #include <iostream>
 
 #include "data/data.h"
 #include "nn/nn.h"
-#include "optim/optim.h"
-#include "train/checkpoint.h"
+#include "train/callbacks.h"
 
 using namespace kiln;
 
 int main(int argc, char** argv) {
   manual_seed(0);
-  nn::Sequential model{nn::Flatten(), nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 10)};
-  optim::SGD opt(model.parameters(), optim::SGDOptions(0.05).set_momentum(0.9));
-  data::DataLoader train(std::make_shared<data::MnistDataset>(), {.batch_size = 64, .shuffle = true});
-  for (data::Example& batch : train) {  // one epoch
-    opt.zero_grad();
-    Tensor loss = nn::functional::cross_entropy(model.forward(batch.data), batch.target);
-    loss.backward();
-    opt.step();
-  }
-  data::MnistDataset test_set(data::kFashionMnistDir, /*train=*/false);
-  NoGradGuard no_grad;
-  Tensor correct = eq(model.forward(test_set.data()).argmax(1), test_set.targets());
-  std::cout << "test accuracy " << correct.to(kFloat32).mean().item<double>() << "\n";
-  train::save_checkpoint(argc > 1 ? argv[1] : "fashion_mlp.safetensors", model, &opt, {.epoch = 1});
+  nn::ModulePtr<> model = nn::Sequential{nn::Flatten(), nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 10)};
+  data::DataLoader train_loader(std::make_shared<data::MnistDataset>(), {.batch_size = 64, .shuffle = true});
+  data::DataLoader test_loader(std::make_shared<data::MnistDataset>(data::kFashionMnistDir, /*train=*/false),
+                               {.batch_size = 1000});
+  train::Trainer trainer(model, {.epochs = 2, .lr = 0.05, .log_every = 300,
+                                 .checkpoint = argc > 1 ? argv[1] : "fashion_mlp.safetensors"});
+  trainer.add_callback(std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 1}));
+  trainer.fit(train_loader, &test_loader);  // resumes from the checkpoint when there is one
+  std::cout << "test accuracy " << *trainer.evaluate(test_loader).accuracy << "\n";
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's program (examples/readme_program.cc), run as a reader would: one epoch of
-# Fashion-MNIST must reach 75 % test accuracy (it reaches 79 %; chance is 10 %) and leave a
-# checkpoint that is a safetensors file holding the model's tensors and the epoch.
+# The README's program (examples/readme_program.cc), run as a reader would: two epochs of
+# Fashion-MNIST through train::Trainer must reach 75 % test accuracy (chance is 10 %), print
+# progress lines with an ETA, and leave a checkpoint that is a safetensors file holding the
+# model's tensors and the epoch; run again, it resumes that checkpoint (finished: no step).
 set -euo pipefail
 bin=$1
 ckpt=$TEST_TMPDIR/fashion_mlp.safetensors
@@ -16,6 +17,10 @@ with open(path, "rb") as f:
     n = struct.unpack("<Q", f.read(8))[0]
     header = json.loads(f.read(n))
 assert "model.1.weight" in header and header["model.1.weight"]["shape"] == [128, 784], sorted(header)
-assert header["__metadata__"]["kiln.epoch"] == "1", header["__metadata__"]
+assert header["__metadata__"]["kiln.epoch"] == "2", header["__metadata__"]
 print("readme_program_test: accuracy", acc, "checkpoint", len(header) - 1, "tensors")
 PY
+grep -q '^step 300/1876 epoch 1/2 loss .* eta ' <<<"$out"
+again=$("$bin" "$ckpt")
+grep -q "^resumed from $ckpt at epoch 2 batch 0 (step 1876)" <<<"$again"
+grep -q "^test accuracy $acc\$" <<<"$again"

@@ -1,0 +1,252 @@
+// train::Trainer's set-up, strategies, evaluation and checkpoints (the loop is in fit_loop.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/parallel.h"
+#include "distributed/backend/init.h"
+#include "distributed/backend/job_env.h"
+#include "distributed/data_parallel/scaler_sync.h"
+#include "nn/functional.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "train/callback.h"
+#include "train/distributed_checkpoint.h"
+#include "train/fit_impl.h"
+#include "train/zero_checkpoint.h"
+
+namespace kiln::train {
+namespace {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::f16: return "f16";
+    case Precision::bf16: return "bf16";
+    default: return "none";
+  }
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vector<optim::ParamGroup> groups) {
+  switch (o.optimizer) {
+    case Optimizer::sgd:
+      return std::make_unique<optim::SGD>(
+          std::move(groups), optim::SGDOptions(o.lr).set_momentum(o.momentum).set_weight_decay(o.weight_decay.value_or(0)));
+    case Optimizer::adam:
+      return std::make_unique<optim::Adam>(std::move(groups),
+                                           optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0)));
+    case Optimizer::adamw:
+      return std::make_unique<optim::AdamW>(std::move(groups),
+                                            optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0.01)));
+  }
+  fail("Trainer: unknown optimizer {}", static_cast<int>(o.optimizer));
+}
+
+void check_options(const FitOptions& o) {
+  KILN_CHECK(o.epochs >= 0 && o.max_steps >= 0 && (o.epochs > 0 || o.max_steps > 0),
+             "Trainer: epochs ({}) or max_steps ({}) must be positive, and neither negative", o.epochs, o.max_steps);
+  KILN_CHECK(std::isfinite(o.lr) && o.lr >= 0, "Trainer: lr must be finite and >= 0, got {}", o.lr);
+  KILN_CHECK(o.grad_accum >= 1, "Trainer: grad_accum must be >= 1, got {}", o.grad_accum);
+  KILN_CHECK(std::isfinite(o.clip_grad_norm) && o.clip_grad_norm >= 0,
+             "Trainer: clip_grad_norm must be finite and >= 0 (0: off), got {}", o.clip_grad_norm);
+  KILN_CHECK(o.log_every >= 0, "Trainer: log_every must be >= 0 (0: no progress lines), got {}", o.log_every);
+  KILN_CHECK(o.save_every >= 0, "Trainer: save_every must be >= 0 (0: only at epoch ends), got {}", o.save_every);
+  KILN_CHECK(o.save_every == 0 || !o.checkpoint.empty(), "Trainer: save_every {} needs a checkpoint path",
+             o.save_every);
+  KILN_CHECK(o.threads >= 0, "Trainer: threads must be >= 0 (0: unchanged), got {}", o.threads);
+  KILN_CHECK(!o.master_weights || o.precision != Precision::f32,
+             "Trainer: master_weights (a 16-bit model with f32 master copies) needs precision f16 or bf16");
+  if (const auto* dp = std::get_if<DataParallel>(&o.strategy))
+    KILN_CHECK(dp->zero_stage == 0 || dp->zero_stage == 1,
+               "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
+}
+
+/// The device of this rank: on GPUs cuda:LOCAL_RANK (one per rank of the node).
+Device rank_device(Device d) {
+  if (!d.is_cuda()) return d;
+  const char* local = std::getenv("LOCAL_RANK");
+  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
+  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
+             "Trainer: DataParallel: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
+             device_count(DeviceType::CUDA));
+  return mine;
+}
+
+/// Indices [lo, hi) of a sampler's epoch-0 order: one rank's slice for evaluation.
+class SliceSampler : public data::Sampler {
+ public:
+  SliceSampler(std::vector<int64_t> all, int rank, int world) {
+    const auto n = static_cast<int64_t>(all.size());
+    const int64_t lo = n * rank / world, hi = n * (rank + 1) / world;
+    indices_.assign(all.begin() + lo, all.begin() + hi);
+  }
+  std::vector<int64_t> indices(int64_t) const override { return indices_; }
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+
+ private:
+  std::vector<int64_t> indices_;
+};
+
+data::DataLoaderOptions loader_options(const data::DataLoaderOptions& o, std::shared_ptr<data::Sampler> sampler) {
+  data::DataLoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.drop_last = o.drop_last;
+  lo.num_workers = o.num_workers;
+  lo.prefetch = o.prefetch;
+  lo.collate = o.collate;
+  lo.pin_memory = o.pin_memory;
+  lo.sampler = std::move(sampler);
+  return lo;
+}
+
+}  // namespace
+
+Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target) {
+  return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
+}
+
+Trainer::Impl::Impl(const FitOptions& o)
+    : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1") {}
+
+Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(model)), options_(std::move(options)) {
+  KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
+  check_options(options_);
+  if (options_.threads > 0) set_num_threads(options_.threads);
+  impl_ = std::make_unique<Impl>(options_);
+  Impl& m = *impl_;
+  const auto* dp = std::get_if<DataParallel>(&options_.strategy);
+  if (dp != nullptr) {
+    options_.device = rank_device(options_.device);
+    m.pg = dp->group;
+    if (!m.pg) {
+      dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
+      KILN_CHECK(std::getenv("WORLD_SIZE") != nullptr,
+                 "Trainer: DataParallel: WORLD_SIZE is not set; start the ranks with //distributed/launch "
+                 "(or srun, or mpirun), or pass DataParallel::group");
+      m.pg = dist::init_process_group(
+          {.backend = options_.device.is_cuda() ? "nccl" : "gloo",
+           .timeout = std::chrono::milliseconds(static_cast<int64_t>(dp->timeout_s * 1000))});
+    }
+    m.rank = m.pg->rank();
+    m.world = m.pg->size();
+  }
+  model_->to(options_.device);
+  m.mp.prepare_model(*model_);
+  if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
+  if (dp != nullptr && dp->zero_stage == 1) {
+    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        *m.ddp, [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); });
+    m.mp.prepare_optimizer(z->inner());         // master weights of this rank's shards only
+    dist::share_found_inf(m.mp.scaler(), m.pg);  // each rank checks only its shard's gradients
+    m.zero = z.get();
+    opt_ = std::move(z);
+  } else {
+    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    m.mp.prepare_optimizer(*opt_);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  KILN_CHECK(callback != nullptr, "Trainer::add_callback: the callback is null");
+  callbacks_.push_back(std::move(callback));
+}
+
+int Trainer::rank() const { return impl_->rank; }
+int Trainer::world_size() const { return impl_->world; }
+int64_t Trainer::step() const { return impl_->state.step; }
+int64_t Trainer::epoch() const { return impl_->state.epoch; }
+dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
+
+EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
+  Impl& m = *impl_;
+  NoGradGuard no_grad;
+  const bool was_training = model_->is_training();
+  model_->eval();
+  std::unique_ptr<data::DataLoader> slice;
+  data::DataLoader* l = &loader;
+  const bool sharded = dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr;
+  if (m.pg && !sharded) {  // a loader with a DistributedSampler already holds this rank's share
+    auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), m.rank, m.world);
+    slice = std::make_unique<data::DataLoader>(loader.dataset(), loader_options(loader.options(), sampler));
+    l = slice.get();
+  }
+  // loss sum, correct, samples, batches without an accuracy
+  double sums[4] = {0, 0, 0, 0};
+  for (data::Example& b : *l) {
+    Tensor x = b.data.to(options_.device), y = b.target.to(options_.device);
+    Tensor out, loss;
+    {
+      amp::AutocastGuard autocast = m.mp.autocast();
+      out = model_->forward(x);
+      loss = fit_loss(options_, out, y);
+    }
+    const int64_t n = out.dim() > 0 ? out.size(0) : 1;
+    sums[0] += loss.item<double>() * static_cast<double>(n);
+    if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
+      sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
+    else
+      sums[3] += 1;
+    sums[2] += static_cast<double>(n);
+  }
+  model_->train(was_training);
+  if (m.pg) {
+    Tensor t = tensor({sums[0], sums[1], sums[2], sums[3]}, dtype(kFloat64));
+    m.pg->allreduce(t)->wait();
+    auto v = t.to_vector<double>();
+    std::copy(v.begin(), v.end(), sums);
+  }
+  KILN_CHECK(sums[2] > 0, "Trainer::evaluate: the loader yielded no samples");
+  EvalMetrics r{.loss = sums[0] / sums[2], .samples = static_cast<int64_t>(sums[2])};
+  if (sums[3] == 0) r.accuracy = sums[1] / sums[2];
+  return r;
+}
+
+void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         int64_t epoch, int64_t batch) {
+  const std::string& path = t.options().checkpoint;
+  m.state.epoch = epoch;
+  m.state.batch = batch;
+  m.state.rng = default_generator().state();
+  m.mp.save(m.state);
+  for (auto& cb : callbacks) cb->save_state(path, m.state, m.rank);
+  if (m.zero)
+    dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state);  // consolidated: any run resumes it
+  else if (m.pg)
+    dist::save_checkpoint(*m.pg, path, t.model(), &t.optimizer(), m.state);  // rank 0 writes, the others wait
+  else
+    save_checkpoint(path, t.model(), &t.optimizer(), m.state);
+  ++m.checkpoints;
+}
+
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  const std::string& path = t.options().checkpoint;
+  if (m.zero)
+    m.state = dist::load_zero_checkpoint(path, t.model(), *m.zero);
+  else if (m.pg)
+    m.state = dist::load_checkpoint(*m.pg, path, t.model(), &t.optimizer());
+  else
+    m.state = load_checkpoint(path, t.model(), &t.optimizer());
+  m.mp.load(m.state);
+  for (auto& cb : callbacks) cb->load_state(path, m.state);
+  m.out(t.options()) << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", path, m.state.epoch,
+                                    m.state.batch, m.state.step);
+}
+
+std::unique_ptr<data::DataLoader> shard_loader(data::DataLoader& loader, int rank, int world) {
+  const data::DataLoaderOptions& o = loader.options();
+  if (o.sampler) {
+    const auto* ds = dynamic_cast<const data::DistributedSampler*>(o.sampler.get());
+    KILN_CHECK(ds != nullptr && ds->rank() == rank && ds->world_size() == world,
+               "Trainer: DataParallel: the training loader has a sampler of its own that is not this rank's "
+               "data::DistributedSampler (rank {} of {}); give it none (the Trainer shards the data set) or that one",
+               rank, world);
+    return nullptr;
+  }
+  auto sampler = std::make_shared<data::DistributedSampler>(loader.dataset()->size(), rank, world, o.shuffle,
+                                                            o.seed.value_or(0), o.drop_last);
+  return std::make_unique<data::DataLoader>(loader.dataset(), loader_options(o, sampler));
+}
+
+}  // namespace kiln::train

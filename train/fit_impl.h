@@ -1,0 +1,46 @@
+// The Trainer's state behind train/fit.h, shared by its two source files: fit.cc (set-up, the
+// strategy, evaluation, checkpoints) and fit_loop.cc (the loop of fit()). Not a public header.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "distributed/data_parallel/ddp.h"
+#include "distributed/data_parallel/zero.h"
+#include "train/checkpoint.h"
+#include "train/fit.h"
+#include "train/mixed_precision.h"
+
+namespace kiln::train {
+
+struct Trainer::Impl {
+  explicit Impl(const FitOptions& o);
+
+  MixedPrecision mp;
+  std::shared_ptr<dist::ProcessGroup> pg;  // DataParallel
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  dist::ZeroRedundancyOptimizer* zero = nullptr;  // the Trainer's optimizer under zero_stage 1
+  TrainingState state;  // the position: global step, epoch in progress, batches done in it
+  bool resumed = false;
+  int rank = 0, world = 1;
+  int64_t checkpoints = 0;
+  std::ostream quiet{nullptr};
+
+  /// Rank 0's log (the options' stream, or nothing).
+  std::ostream& out(const FitOptions& o) { return rank == 0 && o.log != nullptr ? *o.log : quiet; }
+};
+
+/// The options' loss, or cross-entropy.
+Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target);
+
+/// Writes the Trainer's checkpoint at (epoch, batch) with its callbacks' state; loads it back.
+void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         int64_t epoch, int64_t batch);
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks);
+
+/// Under DataParallel: this rank's share of `loader`'s data set (a DistributedSampler with the
+/// loader's shuffle, seed and drop_last), or null when `loader` already samples for this rank.
+std::unique_ptr<data::DataLoader> shard_loader(data::DataLoader& loader, int rank, int world);
+
+}  // namespace kiln::train
