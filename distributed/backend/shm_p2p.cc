@@ -56,8 +56,9 @@ constexpr int kSpins = 256;
 // How long a waiter polls its bell before it sleeps on the futex, while every rank of this host has
 // a core for each of its compute threads (as NCCL's and MPI's progress loops poll). A sleeping
 // rank's (v)CPU goes idle and waking it costs more than the sub-millisecond waits of a pipeline's
-// steady state: on this 2-core VM the bubble 2 pipeline stages measured beyond their compute's
-// replay fell from 1.0-2.9 points to 0.6-2.0 (docs/benchmarks.md, "Where the rest of the bubble goes").
+// steady state: on a 2-core VM the bubble 2 pipeline stages measured beyond their compute's replay
+// fell from 1.0-2.9 points to 0.6-2.0 (five A/B pairs at load average 1.9-3.1, 2026-11-25; not yet
+// re-measured on an idle machine).
 // Oversubscribed, a spinner would take the core of the rank it waits for: it polls kSpins times.
 constexpr long kDefaultSpinUs = 2000;
 
