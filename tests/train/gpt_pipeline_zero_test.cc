@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include <ostream>
+#include <sstream>
+#include <vector>
 
 #include "train/gpt_trainer.h"
 #include "tests/distributed/multiprocess.h"
@@ -19,6 +21,16 @@ using namespace kiln::train::gpt;
 using namespace kiln::test::sharded;
 
 namespace {
+
+// The "| scale ..." notes of a log's step lines, in order.
+std::vector<std::string> scale_notes(const std::string& log) {
+  std::vector<std::string> notes;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("step ") && line.find(" | scale ") != std::string::npos)
+      notes.push_back(line.substr(line.find(" | scale ")));
+  return notes;
+}
 
 TrainConfig pipelined(const TrainConfig& base, int tp, int zero, const std::string& save) {
   TrainConfig c = layout(base, tp, zero, save);
@@ -47,6 +59,7 @@ TEST_CASE("pipeline 2 x data 2 with --zero 2 and --zero 3 ends with one process'
     CHECK(test::contains(log, "world 4 = data 2 x pipeline 2 x tensor 1"));
     CHECK(test::contains(log, fmt::format("ZeRO-{} per stage", zero)));
     CHECK(test::contains(log, "reduce-scattered once per step"));
+    CHECK(test::contains(log, "stage 0 keeps 0.011M of its 0.021M parameters per rank"));
     CHECK(test::contains(log, "x 2 micro-steps x 2 data-parallel replicas"));
     CHECK(test::contains(log, "the last stage's copy differs from wte by at most 0\n"));
     const double d = weight_diff(base, one.save, whole.save);
@@ -69,6 +82,37 @@ TEST_CASE("pipeline 2 x data 2 with --zero 2 and --zero 3 ends with one process'
     MESSAGE("its step-3 checkpoint resumed in one process: max |resumed - one process| = " << d1);
     CHECK(d1 <= 1e-5);
   }
+  // ZeRO-3 keeps the parameters gathered for the whole step, so a block's activations can be
+  // recomputed in backward (--activation-checkpointing).
+  TrainConfig ac = pipelined(base, 1, 3, dir + "/ac.safetensors");
+  ac.gpt.checkpoint_activations = true;
+  CHECK(test::contains(run(4, ac, 6, dir + "/ac.log", "gpt_pipeline_zero_ac"), "2 of 2 blocks recompute"));
+  const double dac = weight_diff(base, one.save, ac.save);
+  MESSAGE("pipeline 2 x data 2 --zero 3 --activation-checkpointing: max |sharded - one process| = " << dac);
+  CHECK(dac <= 1e-5);
+}
+
+// Started at a loss scale of 2^19 the f16 gradients overflow and the first steps are skipped on
+// every rank (the found-inf flag shared over the job), the scale halving, as under DDP; the runs
+// then end within f16's noise of each other (the rows' reductions are grouped differently).
+TEST_CASE("--amp f16 with pipelined ZeRO-3: the loss scale and skipped steps act on the shards as DDP's do") {
+  const std::string dir = test::scratch_dir("gpt_pipeline_zero_f16");
+  TrainConfig base = config(dir);
+  base.amp = "f16";
+  base.loss_scale = 524288;
+  TrainConfig ddp = pipelined(base, 1, 0, dir + "/ddp.safetensors");
+  ddp.ddp = true;
+  const std::string ddp_log = run(4, ddp, 6, dir + "/ddp.log", "gpt_pipeline_zero_f16_ddp");
+  const TrainConfig z = pipelined(base, 1, 3, dir + "/z3.safetensors");
+  const std::string z_log = run(4, z, 6, dir + "/z3.log", "gpt_pipeline_zero_f16_z3");
+  INFO("DDP:\n" << ddp_log << "ZeRO-3:\n" << z_log);
+  const double d = weight_diff(base, ddp.save, z.save);
+  MESSAGE("pipeline 2 x data 2 --amp f16: max |ZeRO-3 - DDP| = " << d);
+  CHECK(d <= 5e-3);
+  const std::vector<std::string> notes = scale_notes(z_log);
+  CHECK(notes == scale_notes(ddp_log));
+  REQUIRE(notes.size() == 6);
+  CHECK(test::contains(notes.back(), "skipped)"));
 }
 
 TEST_CASE("3D with --fsdp: data 2 x pipeline 2 x tensor 2 (8 processes) ends with one process's weights") {
@@ -85,6 +129,13 @@ TEST_CASE("3D with --fsdp: data 2 x pipeline 2 x tensor 2 (8 processes) ends wit
   const double d = weight_diff(base, one.save, c.save);
   MESSAGE("3D 2x2x2 --fsdp: max |3D - one process| = " << d);
   CHECK(d <= 1e-5);
+  TrainConfig part = c;
+  part.stop_after_steps = 3, part.save = dir + "/3d_part.safetensors";
+  run(8, part, 3, dir + "/3d_part.log", "gpt_pipeline_zero_3d_part");
+  TrainConfig resumed = part;
+  resumed.stop_after_steps = 0, resumed.resume = part.save, resumed.save = dir + "/3d_resumed.safetensors";
+  CHECK(test::contains(run(8, resumed, 6, dir + "/3d_resumed.log", "gpt_pipeline_zero_3d_resumed"), "resumed from"));
+  CHECK(weight_diff(base, c.save, resumed.save) == 0.0);
 }
 
 TEST_CASE("pipelined ZeRO launches that cannot work are refused, naming the numbers") {
