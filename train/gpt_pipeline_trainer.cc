@@ -1,6 +1,7 @@
 // The GPT training loop pipeline-parallel (see gpt_pipeline.h): the loop of gpt_trainer.cc with
 // each batch run by dist::Pipeline, the tied head's gradients summed between the end stages, the
-// norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs.
+// norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs. Under
+// --zero 2|3 a ShardedStage (gpt_pipeline_zero.h) takes DDP's place over each stage's replicas.
 // Resuming, --init-from-hf and --activation-checkpointing act on the whole model every rank
 // builds before the split; --save-hf reads the merged weights back into a whole model on rank 0.
 #include <cmath>

@@ -92,22 +92,26 @@ void ShardedStage::gather() {
 void ShardedStage::reduce_scatter() {
   NoGradGuard no_grad;
   const int n = data_->size();
-  std::vector<Tensor> columns;  // per parameter [n, chunk]: row d is rank d's chunk of its gradient
-  for (const Param& q : params_) {
-    Tensor flat = zeros({q.chunk * n}, TensorOptions().device(comm_));
-    const Tensor g = q.whole.grad();
-    if (g.defined()) flat.narrow(0, 0, q.whole.numel()).copy_(g.reshape({-1}).to(comm_));
-    columns.push_back(flat.reshape({n, q.chunk}));
-  }
-  const Tensor input = cat(columns, 1).reshape({-1});
-  columns.clear();
-  Tensor out = zeros({per_rank_}, TensorOptions().device(comm_));
-  data_->reduce_scatter_tensor(out, input)->wait();
-  out.mul_(1.0 / n);
+  // Row d: rank d's chunks back to back. Each whole gradient is freed once copied in (until the
+  // next step's backward), so the peak holds about one copy of the stage's gradients.
+  Tensor input = zeros({n, per_rank_}, TensorOptions().device(comm_));
   for (Param& q : params_) {
-    q.shard.set_grad(out.narrow(0, q.offset, q.chunk).to(q.shard.device()));
-    q.whole.set_grad(Tensor());  // the whole gradient is freed until the next step's backward
+    const Tensor g = q.whole.grad();
+    if (!g.defined()) continue;
+    Tensor flat = g.reshape({-1}).to(comm_);
+    if (flat.numel() != q.chunk * n) {  // zero-padded to n chunks
+      Tensor padded = zeros({q.chunk * n}, TensorOptions().device(comm_));
+      padded.narrow(0, 0, flat.numel()).copy_(flat);
+      flat = padded;
+    }
+    input.narrow(1, q.offset, q.chunk).copy_(flat.reshape({n, q.chunk}));
+    q.whole.set_grad(Tensor());
   }
+  Tensor out = zeros({per_rank_}, TensorOptions().device(comm_));
+  data_->reduce_scatter_tensor(out, input.reshape({-1}))->wait();
+  input = Tensor();
+  out.mul_(1.0 / n);
+  for (Param& q : params_) q.shard.set_grad(out.narrow(0, q.offset, q.chunk).to(q.shard.device()));
 }
 
 double ShardedStage::clip_grad_norm(double max_norm, const std::vector<bool>& counted,
