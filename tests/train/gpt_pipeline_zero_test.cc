@@ -12,6 +12,9 @@
 #include <sstream>
 #include <vector>
 
+#include "core/grad_mode.h"
+#include "distributed/backend/init.h"
+#include "train/gpt_pipeline_zero.h"
 #include "train/gpt_trainer.h"
 #include "tests/distributed/multiprocess.h"
 #include "tests/train/gpt_sharded_util.h"
@@ -21,6 +24,10 @@ using namespace kiln::train::gpt;
 using namespace kiln::test::sharded;
 
 namespace {
+
+bool same(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>() == 0;
+}
 
 // The "| scale ..." notes of a log's step lines, in order.
 std::vector<std::string> scale_notes(const std::string& log) {
@@ -40,6 +47,69 @@ TrainConfig pipelined(const TrainConfig& base, int tp, int zero, const std::stri
 }
 
 }  // namespace
+
+// ShardedStage on 3 ranks, with parameters whose sizes do not divide by 3 (padding): ZeRO-3
+// frees the whole parameters and gathers them back exactly; one reduce-scatter leaves each rank
+// its chunk of the ranks' mean gradient and frees the whole ones; a step of AdamW on the shards
+// gives the parameters and moments of one AdamW (make_optimizer) stepped on the whole mean
+// gradient, and the gathered state loads back into the shards.
+TEST_CASE("ShardedStage: ZeRO-3 frees and regathers, reduce-scatters the mean gradient, steps as one AdamW") {
+  test::require_all_ok(test::run_ranks(3, [](int rank, int) {
+    auto pg = dist::init_process_group();
+    TrainConfig c;
+    c.zero = 3, c.lr = 1e-2, c.weight_decay = 0.5;
+    auto values = [](int64_t n, double scale) {
+      std::vector<float> v;
+      for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<float>(scale * std::sin(1.0 + 0.7 * static_cast<double>(i))));
+      return v;
+    };
+    const std::vector<std::pair<std::string, Shape>> shapes = {
+        {"h.0.mlp.c_fc.weight", {5, 3}}, {"h.0.mlp.c_fc.bias", {7}}, {"wte.weight", {4, 2}}};
+    nn::NamedTensors named, reference;
+    for (const auto& [name, shape] : shapes) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      named.emplace_back(name, tensor(values(n, 1.0), shape).requires_grad_());
+      reference.emplace_back(name, tensor(values(n, 1.0), shape).requires_grad_());
+    }
+    ShardedStage stage(c, named, pg, kCPU);
+    for (const auto& [name, p] : named)
+      test::expect(p.storage()->nbytes() == 0, "rank {}: '{}' still holds {} bytes under ZeRO-3", rank, name,
+                   p.storage()->nbytes());
+    test::expect(stage.local_numel() == 5 + 3 + 3, "rank {}: {} elements kept, not 5 + 3 + 3", rank, stage.local_numel());
+    stage.gather();
+    for (size_t i = 0; i < named.size(); ++i)
+      test::expect(same(named[i].second, reference[i].second), "rank {}: '{}' gathered differs", rank, named[i].first);
+    // Rank r's gradient: (r + 1) x g; their mean: 2 g.
+    for (size_t i = 0; i < named.size(); ++i) {
+      const Tensor g = tensor(values(named[i].second.numel(), 0.3), named[i].second.sizes());
+      named[i].second.set_grad(g * static_cast<double>(rank + 1));
+      reference[i].second.set_grad(g * 2.0);
+    }
+    stage.reduce_scatter();
+    for (const auto& [name, p] : named) test::expect(!p.grad().defined(), "rank {}: '{}' kept its whole gradient", rank, name);
+    auto ref_opt = make_optimizer(c, reference);
+    ref_opt->step();
+    stage.optimizer().step();
+    stage.after_step();
+    test::expect(named[0].second.storage()->nbytes() == 0, "rank {}: not freed after the step", rank);
+    stage.gather();
+    for (size_t i = 0; i < named.size(); ++i) {
+      const double d = (named[i].second - reference[i].second).abs().max().item<float>();
+      test::expect(d <= 1e-6, "rank {}: '{}' after the step differs from one AdamW's by {}", rank, named[i].first, d);
+    }
+    const optim::StateDict whole = stage.whole_state(), want = ref_opt->state_dict();
+    test::expect(whole.size() == want.size(), "rank {}: {} state keys, one AdamW has {}", rank, whole.size(), want.size());
+    for (const auto& [key, v] : want) {
+      test::expect(whole.count(key) == 1, "rank {}: no '{}' in the gathered state", rank, key);
+      const double d = (whole.at(key).to(kFloat64) - v.to(kFloat64)).abs().max().item<double>();
+      test::expect(d <= 1e-6, "rank {}: '{}' differs from one AdamW's by {}", rank, key, d);
+    }
+    stage.load_whole_state(whole);  // cut back into the shards: gathers to the same state
+    for (const auto& [key, v] : stage.whole_state())
+      test::expect(same(v, whole.at(key)), "rank {}: '{}' changed through load_whole_state", rank, key);
+  }, 120, "gpt_pipeline_zero_stage"));
+}
 
 TEST_CASE("pipeline 2 x data 2 with --zero 2 and --zero 3 ends with one process's weights and resumes bit for bit") {
   const std::string dir = test::scratch_dir("gpt_pipeline_zero");
