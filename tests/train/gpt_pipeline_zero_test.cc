@@ -160,6 +160,13 @@ TEST_CASE("pipeline 2 x data 2 with --zero 2 and --zero 3 ends with one process'
   const double dac = weight_diff(base, one.save, ac.save);
   MESSAGE("pipeline 2 x data 2 --zero 3 --activation-checkpointing: max |sharded - one process| = " << dac);
   CHECK(dac <= 1e-5);
+  // Interleaved 1F1B over 2 x 2 virtual stages: each rank's two chunks sharded together.
+  TrainConfig il = pipelined(base, 1, 2, dir + "/il.safetensors");
+  il.pipeline_schedule = "interleaved", il.virtual_stages = 2;
+  CHECK(test::contains(run(4, il, 6, dir + "/il.log", "gpt_pipeline_zero_il"), "interleaved x 2 virtual stages"));
+  const double dil = weight_diff(base, one.save, il.save);
+  MESSAGE("pipeline 2 x 2 virtual (interleaved) x data 2 --zero 2: max |sharded - one process| = " << dil);
+  CHECK(dil <= 1e-5);
 }
 
 // Started at a loss scale of 2^19 the f16 gradients overflow and the first steps are skipped on
