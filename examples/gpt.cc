@@ -81,7 +81,7 @@ struct Flags {
     virtual_stages = schedule_options.virtual_stages;
     app.add_option("--zero", c.zero,
                    "ZeRO stage with --ddp: 1 shards AdamW's state over the ranks; 2 also the gradients and 3 also the "
-                   "parameters (FSDP over the data-parallel ranks)")
+                   "parameters (FSDP over the data-parallel ranks; with --pipeline-stages each stage over its own)")
         ->check(cli::range(0, 3));
     app.add_flag("--fsdp", fsdp, "fully sharded data parallel: --ddp --zero 3");
     app.add_option("--hsdp-shard-size", c.hsdp_shard_size,

@@ -134,8 +134,10 @@ class TiedHead {
 /// data x stages x T from one dist::ParallelLayout (rank = (replica x stages + stage) x T +
 /// tensor), each stage made of tensor_parallel_layers, the tie kept per (replica, tensor rank),
 /// the norm summed over the tensor group too, and the checkpoint gathered over the tensor group
-/// (save_tensor_parallel_pipeline_checkpoint). Throws naming the flag for --zero (not
-/// supported) or a wrong launch. The closing sample is skipped (the model is split).
+/// (save_tensor_parallel_pipeline_checkpoint). With --zero 2|3 (--fsdp) each stage is sharded
+/// over its data-parallel group (gpt_pipeline_zero.h), the checkpoint gathered to the same format.
+/// Throws naming the flag for --zero 1 or --hsdp-shard-size (not supported) or a wrong launch.
+/// The closing sample is skipped (the model is split).
 TrainResult train_pipeline(const TrainConfig& config, std::ostream& log);
 
 }  // namespace kiln::train::gpt

@@ -1,6 +1,7 @@
 // The GPT training loop pipeline-parallel (see gpt_pipeline.h): the loop of gpt_trainer.cc with
 // each batch run by dist::Pipeline, the tied head's gradients summed between the end stages, the
-// norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs.
+// norm clipped over all stages, and the last stage's losses broadcast to rank 0, which logs. Under
+// --zero 2|3 a ShardedStage (gpt_pipeline_zero.h) takes DDP's place over each stage's replicas.
 // Resuming, --init-from-hf and --activation-checkpointing act on the whole model every rank
 // builds before the split; --save-hf reads the merged weights back into a whole model on rank 0.
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "models/gpt_sample.h"
 #include "train/gpt_pipeline.h"
 #include "train/gpt_pipeline_checkpoint.h"
+#include "train/gpt_pipeline_zero.h"
 #include "distributed/tensor_parallel/layers.h"
 #include "models/gpt_tensor_parallel.h"
 #include "train/pipeline_checkpoint.h"
@@ -29,8 +31,13 @@ namespace {
 
 void check_flags(const TrainConfig& c) {
   const int p = c.pipeline_stages;
-  KILN_CHECK(c.zero == 0, "--pipeline-stages {}: --zero {} is not supported with the pipelined GPT (each replica's "
-             "stages keep their whole AdamW state; 3D training is --ddp x --pipeline-stages x --tp)", p, c.zero);
+  KILN_CHECK(c.zero != 1, "--pipeline-stages {}: --zero 1 is not supported with the pipelined GPT (each replica's "
+             "stages keep their whole AdamW state); use --zero 2 or 3 (or --fsdp): each stage sharded over its "
+             "data-parallel ranks", p);
+  KILN_CHECK(c.zero < 2 || c.ddp, "--pipeline-stages {} --zero {}: the stages shard over their data-parallel "
+             "replicas: add --ddp (or use --fsdp)", p, c.zero);
+  KILN_CHECK(c.hsdp_shard_size == 0, "--pipeline-stages {}: --hsdp-shard-size {} is not supported with the pipeline "
+             "(each stage shards over all of its data-parallel ranks)", p, c.hsdp_shard_size);
   const int tp = c.tp;
   const char* world = std::getenv("WORLD_SIZE");
   KILN_CHECK(world != nullptr,
@@ -127,7 +134,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   o.schedule = dist::parse_schedule(c.pipeline_schedule);
   o.virtual_stages = c.virtual_stages;
   o.device = c.device;
-  if (replicas > 1) o.data_parallel_group = groups.data;  // gradients averaged over the replicas
+  // Gradients averaged over the replicas by DDP, or under ZeRO reduce-scattered by ShardedStage.
+  if (replicas > 1 && c.zero < 2) o.data_parallel_group = groups.data;
   std::shared_ptr<nn::Sequential> layers;
   if (c.tp > 1) {
     TensorParallelGPT split(*model, groups3d.tensor);  // every rank's shards, from the whole model
@@ -145,7 +153,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     const std::string name = gpt_name(pipe.global_name(local), n_layer);
     named.emplace_back(name.empty() ? kHeadCopy : name, p);
   }
-  auto opt = make_optimizer(c, named);
+  // --zero 2|3: this stage's parameters sharded over its data-parallel group (gpt_pipeline_zero.h),
+  // the optimizer over this rank's shards.
+  std::unique_ptr<ShardedStage> zero;
+  if (c.zero >= 2) zero = std::make_unique<ShardedStage>(c, named, groups.data, comm);
+  std::unique_ptr<optim::AdamW> own_opt = zero ? nullptr : make_optimizer(c, named);
+  optim::AdamW* opt = zero ? &zero->optimizer() : own_opt.get();
   const auto stage_layout = optimizer_layout(c, named);
   const StageOptimizerMap opt_map(whole_layout, stage_layout);
   std::vector<std::string> stage_names;  // the stage optimizer's parameters by index
@@ -153,7 +166,10 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   if (!c.resume.empty()) {
     optim::StateDict stage_state = opt_map.to_stage(resumed_optimizer);
     if (c.tp > 1) stage_state = tensor_parallel_stage_state(stage_state, stage_names, *groups3d.tensor);
-    opt->load_state_dict(stage_state);
+    if (zero)
+      zero->load_whole_state(stage_state);
+    else
+      opt->load_state_dict(stage_state);
     resumed_optimizer.clear();
     restore_stage_generator(pipe, state);
   }
@@ -164,6 +180,19 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   if (c.tp > 1)
     out << fmt::format("tensor parallel: {} ranks ({} heads, {} vocabulary rows each)\n", c.tp, c.gpt.n_head / c.tp,
                        c.gpt.vocab_size / c.tp);
+  if (zero) {
+    int64_t stage_params = 0;
+    for (const auto& [name, p] : named) stage_params += p.numel();
+    out << fmt::format("ZeRO-{} per stage: each stage's {} sharded over its {} data-parallel rank(s) (the ranks with the "
+                       "same stage{} in the other replicas); gradients accumulated over the step's micro-batches and "
+                       "reduce-scattered once per step; {}; stage 0 keeps {:.3f}M of its {:.3f}M parameters per rank\n",
+                       c.zero, c.zero == 3 ? "parameters, gradients and AdamW's state" : "gradients and AdamW's state",
+                       replicas, c.tp > 1 ? " and tensor rank" : "",
+                       c.zero == 3 ? "parameters all-gathered before the step's first forward and kept for its "
+                                     "micro-batches, freed after the optimizer's step"
+                                   : "parameters all-gathered after the optimizer's step (replicated)",
+                       zero->local_numel() / 1e6, stage_params / 1e6);
+  }
   out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; pipeline: {} stages ({}), "
                      "{} micro-batches, {}{}, layers {} (embedding, blocks, head); {} tokens per step = {} x {} tokens "
                      "x {} micro-steps{}\n",
@@ -189,7 +218,16 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     if (c.tp == 1) return GPT::loss(logits, y);
     return dist::tp::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}), groups3d.tensor);
   };
+  // The last stage's numbers over every replica: Pipeline reduces them under DDP; under ZeRO it
+  // runs each replica alone, and they are reduced here.
+  auto over_replicas = [&](std::vector<double> v, dist::ReduceOp op) {
+    if (!zero || replicas == 1) return v;
+    Tensor t = tensor(v, {static_cast<int64_t>(v.size())}, dtype(kFloat64)).to(comm);
+    groups.data->allreduce(t, op)->wait();
+    return t.to(kCPU).to_vector<double>();
+  };
   auto evaluate = [&]() {
+    if (zero) zero->gather();  // ZeRO-3: whole again (kept for the next step)
     NoGradGuard g;
     pipe.stage_module().eval();
     // Batch i is the same rows whatever the replicas: replica r takes its r-th slice of them.
@@ -202,18 +240,30 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       if (pipe.is_last()) sum += loss_of(logits, b.y.to(c.device)).item<double>();
     }
     pipe.stage_module().train();
-    const std::vector<double> all = pipe.from_last_stage({sum, static_cast<double>(n)});
+    const std::vector<double> all =
+        over_replicas(pipe.from_last_stage({sum, static_cast<double>(n)}), dist::ReduceOp::kSum);
     return all[0] / std::max(all[1], 1.0);
+  };
+  // What a checkpoint saves the optimizer's state from: the stage's optimizer, or under ZeRO one
+  // over the whole parameters loaded with the shards' state gathered (a collective over the data group).
+  auto checkpoint_optimizer = [&]() -> std::unique_ptr<optim::AdamW> {
+    if (!zero) return nullptr;
+    zero->gather();
+    auto whole = make_optimizer(c, named);
+    whole->load_state_dict(zero->whole_state());
+    return whole;
   };
   auto save = [&]() {
     if (c.save.empty()) return;
     state.extra["gpt"] = run_signature(c, t);
     mp.save(state);
+    const std::unique_ptr<optim::AdamW> gathered = checkpoint_optimizer();
+    const optim::Optimizer& saved = gathered ? *gathered : *opt;
     if (c.tp > 1)
       save_tensor_parallel_pipeline_checkpoint(pipe, groups3d, c.save, c, whole_shapes, whole_layout, opt_map,
-                                               stage_names, *opt, state);
+                                               stage_names, saved, state);
     else if (replica == 0)
-      save_pipeline_checkpoint(pipe, c.save, opt_map, *opt, state);  // the replicas are equal
+      save_pipeline_checkpoint(pipe, c.save, opt_map, saved, state);  // the replicas are equal
     r.checkpoints += 1;
     out << fmt::format("saved {} at step {} (merged: weights and optimizer state, the GPT's names)\n", c.save,
                        state.step);
@@ -221,12 +271,24 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
 
   StepTimes times;
   const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
+  // Under ZeRO, the gradients the norm counts (by named's index): the tied matrix once (not the
+  // last stage's copy), a parameter whole on every tensor rank on tensor rank 0 only; their squares
+  // summed over the data group, the stages and the tensor group.
+  std::vector<bool> counted;
+  for (const auto& [name, p] : named) {
+    const bool copy = name == kHeadCopy && pipe.is_last() && !pipe.is_first();
+    const bool replicated = c.tp > 1 && parameter_split(name == kHeadCopy ? "wte.weight" : name).dim < 0;
+    counted.push_back(!copy && !(replicated && groups3d.coords.tensor != 0));
+  }
+  std::vector<dist::ProcessGroup*> norm_groups = {&pipe.process_group()};
+  if (c.tp > 1) norm_groups.push_back(groups3d.tensor.get());
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
     return mp.scaler().scale(loss_of(logits, y) / static_cast<double>(accum));
   };
   while (state.step < last) {
     const int64_t step = state.step;
     times.begin();
+    if (zero) zero->gather();  // ZeRO-3: the whole parameters for every micro-batch of the step
     opt->zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -238,8 +300,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       if (pipe.is_last()) loss_sum += l / mp.scaler().scale();
     }
     tie.sync_gradients();
+    if (zero) zero->reduce_scatter();  // once per step, after the last micro-batch's backward
     if (mp.scaler().is_enabled()) mp.scaler().unscale_(*opt);
-    const double norm = c.tp > 1 ? tie.clip_grad_norm(c.grad_clip, *groups3d.tensor,
+    const double norm = zero ? zero->clip_grad_norm(c.grad_clip, counted, norm_groups) : c.tp > 1 ? tie.clip_grad_norm(c.grad_clip, *groups3d.tensor,
                                                       [&](const std::string& global) {
                                                         const std::string name = gpt_name(global, n_layer);
                                                         return models::gpt::parameter_split(name.empty() ? "wte.weight" : name).dim < 0;
@@ -248,7 +311,8 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     const double lr = lr_at(c, step);
     opt->set_lr(lr);
     mp.step(*opt);
-    loss_sum = pipe.from_last_stage({loss_sum}, dist::ReduceOp::kAvg)[0];
+    if (zero) zero->after_step();
+    loss_sum = over_replicas(pipe.from_last_stage({loss_sum}, dist::ReduceOp::kAvg), dist::ReduceOp::kAvg)[0];
     const double dt = times.record(r, loss_sum, budget, c.device);
     ++state.step;
     const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_token * budget / dt / r.peak_flops;
@@ -261,13 +325,15 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     validate_if_due(c, state.step, evaluate, r, out);
     if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
   }
+  if (zero) zero->gather();  // ZeRO-3: the stage's weights for --save, --save-hf and the tie's check
   save();
   const std::string merged = c.save.empty() ? c.save_hf + "/kiln-merged.tmp.safetensors" : c.save;
   if (!c.save_hf.empty() && c.save.empty() && c.tp > 1) {  // a collective over every rank
     std::error_code racing;
     std::filesystem::create_directories(c.save_hf, racing);
+    const std::unique_ptr<optim::AdamW> gathered = checkpoint_optimizer();
     save_tensor_parallel_pipeline_checkpoint(pipe, groups3d, merged, c, whole_shapes, whole_layout, opt_map,
-                                             stage_names, *opt, state);
+                                             stage_names, gathered ? *gathered : *opt, state);
   }
   if (!c.save_hf.empty() && replica == 0) {
     // The merged weights (--save's file, or one written for this and removed) into a whole model.

@@ -34,8 +34,9 @@ bool is_sharded(const TrainConfig& c);
 
 /// The layout of a sharded run over `world` ranks; throws naming the numbers for one that cannot
 /// work (a world that is not data x tensor, data ranks without --ddp, heads or vocabulary not
-/// divisible by T, --zero 1 with --tp, FSDP with a pipeline, activation checkpointing under
-/// FSDP). --tp with --pipeline-stages is the pipelined trainer's (gpt_pipeline.h: 3D).
+/// divisible by T, --zero 1 with --tp, activation checkpointing under FSDP, any --pipeline-stages).
+/// --tp and --zero 2|3 with --pipeline-stages are the pipelined trainer's (gpt_pipeline.h: 3D;
+/// gpt_pipeline_zero.h).
 dist::ParallelLayout sharded_layout(const TrainConfig& c, int world);
 
 /// train() when is_sharded(config).

@@ -88,11 +88,9 @@ bool is_sharded(const TrainConfig& c) { return c.tp > 1 || c.zero >= 2 || c.hsdp
 dist::ParallelLayout sharded_layout(const TrainConfig& c, int world) {
   KILN_CHECK(c.tp >= 1, "--tp {}: the tensor-parallel size must be at least 1", c.tp);
   KILN_CHECK(c.zero >= 0 && c.zero <= 3, "--zero {}: the stages are 1, 2 and 3", c.zero);
-  KILN_CHECK(c.pipeline_stages == 1 || c.zero < 2,
-             "--pipeline-stages {} with --zero {}: FSDP does not compose with the pipeline (3D training is --ddp x "
-             "--pipeline-stages x --tp)", c.pipeline_stages, c.zero);
-  KILN_CHECK(c.pipeline_stages == 1, "--pipeline-stages {} --tp {}: the pipelined trainer runs this layout "
-             "(gpt_pipeline.h), not the sharded one", c.pipeline_stages, c.tp);
+  KILN_CHECK(c.pipeline_stages == 1, "--pipeline-stages {} --tp {} --zero {}: the pipelined trainer runs this layout "
+             "(gpt_pipeline.h; its ZeRO-2/3: gpt_pipeline_zero.h), not the sharded one", c.pipeline_stages, c.tp,
+             c.zero);
   KILN_CHECK(!(c.tp > 1 && c.zero == 1),
              "--tp {} with --zero 1: ZeRO-1's sharded optimizer is not supported with tensor parallelism; use --zero 2 "
              "or 3 (FSDP over the data-parallel ranks) with --tp", c.tp);

@@ -5,7 +5,7 @@
 # (merged checkpoint, the GPT's names, one wte key) within 1e-5 and its losses; the head's copy of the tied wte stays identical; gradient
 # accumulation matches too. The same under --amp bf16 and f16 (a skipped step skipped on every
 # stage), --activation-checkpointing,
-# --init-from-hf/--save-hf and --ddp (stages x replicas), and runs stopped and resumed (into the
+# --init-from-hf/--save-hf and --ddp (stages x replicas, also with --zero 2 and --fsdp), and runs stopped and resumed (into the
 # same split, another split, and across the one-process trainer) end with the uninterrupted run's
 # weights and AdamW moments.
 # Wrong flags and launches are clear errors.
@@ -188,6 +188,14 @@ done
 out=$(hybrid 2 4 --total-batch-tokens 128 --save "$dir/hyacc.safetensors") || fail "accumulating hybrid exited: $out"
 [[ "$(json "$out")" == *'"grad_accum":2'* ]] || fail "hybrid: --total-batch-tokens 128 should accumulate 2 x 2 replicas x 2 x 16"
 compare "hybrid accumulation" "$acc1" "$dir/acc1.safetensors" "$out" "$dir/hyacc.safetensors"
+# --zero 2 and --fsdp: each stage sharded over its 2 replicas (train/gpt_pipeline_zero.h), the
+# same weights and losses as one process.
+for z in "--zero 2" "--fsdp"; do
+  # shellcheck disable=SC2086  # the flags split into words
+  out=$(hybrid 2 4 $z --save "$dir/hyz.safetensors") || { fail "hybrid $z exited: $out"; continue; }
+  [[ "$out" == *"per stage: each stage's"*"sharded over its 2 data-parallel rank(s)"* ]] || fail "hybrid $z: no ZeRO line: $out"
+  compare "hybrid 2 stages x 2 replicas $z" "$one" "$dir/one.safetensors" "$out" "$dir/hyz.safetensors"
+done
 hybrid 2 4 --stop-after-steps 2 --save "$dir/hyhalf.safetensors" >/dev/null || fail "stopped hybrid exited $?"
 hybrid 2 4 --resume "$dir/hyhalf.safetensors" --save "$dir/hyres.safetensors" >/dev/null || fail "resumed hybrid exited $?"
 same "hybrid stopped and resumed" "$dir/hy2.safetensors" "$dir/hyres.safetensors" 0

@@ -111,7 +111,7 @@ TEST_CASE("layouts that cannot work are refused, naming the numbers") {
   CHECK(test::contains(test::error_of([&] { sharded_layout(c, 4); }), "--tp 2 with --zero 1"));
   c.zero = 3;
   c.pipeline_stages = 2;
-  CHECK(test::contains(test::error_of([&] { sharded_layout(c, 8); }), "--pipeline-stages 2 with --zero 3: FSDP does not compose"));
+  CHECK(test::contains(test::error_of([&] { sharded_layout(c, 8); }), "--pipeline-stages 2 --tp 2 --zero 3: the pipelined trainer runs this layout"));
   c = config(dir);
   c.zero = 3;
   CHECK(test::contains(test::error_of([&] { sharded_layout(c, 2); }), "--zero 3 shards over data-parallel ranks: add --ddp"));
