@@ -1,6 +1,7 @@
 // Core CPU throughput: f32 matmul GFLOP/s for square and skinny shapes next to raw Eigen GEMM on
 // the same buffers in the same run (Kiln should be within ~10%), and effective GB/s of
-// memory-bound elementwise, reduction, softmax and copy ops on 16M-element tensors.
+// memory-bound ops on 16M-element tensors (elementwise, reductions, softmax, layer norm, gelu,
+// transposing copy, cross-entropy, the AdamW step), each also as a percentage of a plain copy's.
 // `matmul` is the public op (it allocates its result, as users call it); `kernel` is the CPU
 // bmm kernel writing into a preallocated output, like the raw Eigen call it is compared with.
 // Each figure is the median of several timed runs after a warm-up. The last line is JSON.
@@ -9,10 +10,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,6 +24,8 @@
 #include "core/util/cli.h"
 #include "core/kernels.h"
 #include "core/ops.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/layer_norm.h"
 #include "core/parallel.h"
 #include "bench/host_check.h"
 #include "bench/timing.h"
@@ -128,14 +133,32 @@ void bench_memory(Json& json) {
   const double mb = static_cast<double>(n) * sizeof(float);
   Tensor x = randn({n}), y = randn({n});
   Tensor rows = x.view({16384, 1024});
+  Tensor grad_rows = y.view({16384, 1024});
   Tensor square = x.view({4096, 4096});
   Tensor keep;
+  // Preallocated operands of the cases that call a kernel directly (backward passes and the
+  // optimizer step have no allocating public op without autograd).
+  Tensor out_rows = empty({16384, 1024});
+  Tensor ln_weight = randn({1024}), ln_bias = randn({1024});
+  Tensor ln_mean, ln_rstd;
+  std::tie(std::ignore, ln_mean, ln_rstd) = layer_norm_with_stats(rows, ln_weight, ln_bias, 1, 1e-5);
+  Tensor ln_grad_w = empty({1024}), ln_grad_b = empty({1024});
+  Tensor targets = randint(0, 1024, {16384});
+  Tensor ce_grad_loss = full({16384}, 1.0 / 16384);
+  std::vector<Tensor> adam_p = {randn({n})}, adam_g = {randn({n})}, adam_m = {zeros({n})}, adam_v = {zeros({n})},
+                      adam_vmax;
+  AdamStepParams adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+  adamw.decoupled = true;
+  adamw.step_size = 1e-3 / (1 - 0.9);
+  adamw.bias_corr2_sqrt = std::sqrt(1 - 0.999);
   struct Case {
     const char* name;
-    double bytes;  // bytes read + written once
+    double bytes;  // bytes each must read + write once
     std::function<void()> run;
   };
+  // `copy` (a contiguous clone) comes first: every case's "% of copy" is its GB/s over copy's.
   const std::vector<Case> cases = {
+      {"copy", 2 * mb, [&] { keep = x.clone(); }},
       {"add", 3 * mb, [&] { keep = x + y; }},
       {"mul_scalar", 2 * mb, [&] { keep = x * 2.0; }},
       {"exp", 2 * mb, [&] { keep = exp(x); }},
@@ -146,10 +169,33 @@ void bench_memory(Json& json) {
       {"amax", mb, [&] { keep = amax(x); }},
       {"softmax_rows", 2 * mb, [&] { keep = softmax(rows, 1); }},
       {"log_softmax_rows", 2 * mb, [&] { keep = log_softmax(rows, 1); }},
+      // x, w, b in; y, mean, rstd out (w, b, mean, rstd are a row or a column: not counted).
+      {"layer_norm_rows", 2 * mb, [&] { keep = std::get<0>(layer_norm_with_stats(rows, ln_weight, ln_bias, 1, 1e-5)); }},
+      // grad_out and x in, grad_x out (grad_weight, grad_bias: one row each).
+      {"layer_norm_backward", 3 * mb,
+       [&] {
+         kernels::layer_norm_backward[kCPU](out_rows, ln_grad_w, ln_grad_b, grad_rows, rows, ln_mean, ln_rstd,
+                                            ln_weight);
+       }},
+      {"gelu_tanh", 2 * mb, [&] { keep = gelu(x, "tanh"); }},
+      {"gelu_tanh_backward", 3 * mb,
+       [&] { kernels::unary_backward[kCPU](UnaryOp{UnaryKind::gelu_tanh}, out_rows, grad_rows, rows); }},
       {"transpose_contiguous", 2 * mb, [&] { keep = square.t().contiguous(); }},
+      // Forward reads the logits; backward reads them again and writes their gradient.
+      {"cross_entropy_fwd_bwd", 3 * mb,
+       [&] {
+         const Tensor lse = std::get<1>(cross_entropy_with_lse(rows, targets, -100, 0.0));
+         kernels::cross_entropy_backward[kCPU](out_rows, ce_grad_loss, rows, lse, targets, -100, 0.0);
+       }},
+      // p, g, m, v in; p, m, v out.
+      {"adamw_step", 7 * mb,
+       [&] { kernels::adam_step[kCPU](adam_p, adam_g, adam_m, adam_v, adam_vmax, adamw); }},
   };
-  fmt::print("\nmemory-bound ops on 16M f32 ({} MiB per tensor) (GB/s)\n", n * 4 >> 20);
-  fmt::print("{:>22} {:>10} {:>10}\n", "op", "ms", "GB/s");
+  fmt::print("\nmemory-bound ops on 16M f32 ({} MiB per tensor); GB/s = bytes each op must read + write once\n"
+             "over its time; % of copy = its GB/s over copy's (x.clone()) in this run\n",
+             n * 4 >> 20);
+  fmt::print("{:>22} {:>10} {:>10} {:>10}\n", "op", "ms", "GB/s", "% of copy");
+  double copy_gbps = 0;
   for (const Case& c : cases) {
     double t;
     try {
@@ -159,8 +205,11 @@ void bench_memory(Json& json) {
       continue;
     }
     const double gbps = c.bytes / t * 1e-9;
-    fmt::print("{:>22} {:>10.2f} {:>10.1f}\n", c.name, t * 1e3, gbps);
+    if (copy_gbps == 0) copy_gbps = gbps;
+    const double pct = 100 * gbps / copy_gbps;
+    fmt::print("{:>22} {:>10.2f} {:>10.1f} {:>10.0f}\n", c.name, t * 1e3, gbps, pct);
     json[std::string(c.name) + "_gbps"] = gbps;
+    json[std::string(c.name) + "_pct_of_copy"] = pct;
   }
 }
 
