@@ -1,11 +1,16 @@
 // CPU fused cross-entropy over [N, C] rows (core/kernels.h has the contract). Each row takes a
 // numerically stable logsumexp (max subtracted before exp); the backward recomputes
 // exp(x - lse) from the forward's lse instead of storing softmax. Rows are split across
-// threads; f16/bf16 compute in f32 (through a converted copy), f32 and f64 natively.
+// threads; f16/bf16 compute in f32 (through a converted copy), f32 and f64 natively. f32 rows
+// use core/cpu/vec8.h: the forward reads a row from memory once (its max, and its sum for label
+// smoothing), then sums exp(x - max) over it in cache; the backward is one pass.
 #include <Eigen/Core>
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
+#include "core/cpu/vec8.h"
 #include "core/dense.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
@@ -34,12 +39,61 @@ void check_targets(const Tensor& target, int64_t C, int64_t ignore_index) {
 
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(C, 1)); }
 
+/// An f32 row's logsumexp, and the sum of its elements when `sum` is not null.
+float logsumexp_row_f32(const float* x, int64_t C, float* sum) {
+  using namespace vec;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t body = C - C % kW, tail = C - body;
+  F8 m0 = splat(kNegInf), m1 = m0, a0 = splat(0.0f), a1 = a0;
+  int64_t j = 0;
+  for (; j + 2 * kW <= body; j += 2 * kW) {
+    const F8 v0 = load(x + j), v1 = load(x + j + kW);
+    m0 = vec::max(m0, v0);
+    m1 = vec::max(m1, v1);
+    if (sum) {
+      a0 += v0;
+      a1 += v1;
+    }
+  }
+  for (; j < body; j += kW) {
+    const F8 v = load(x + j);
+    m0 = vec::max(m0, v);
+    if (sum) a0 += v;
+  }
+  if (tail) {
+    m0 = vec::max(m0, load_tail(x + body, tail, kNegInf));
+    if (sum) a0 += load_tail(x + body, tail, 0.0f);
+  }
+  if (sum) *sum = hsum(a0 + a1);
+  const float m = hmax(vec::max(m0, m1));
+  // An all -inf row has lse -inf (as log_softmax): keep m out of the exp then.
+  const F8 shift = splat(std::isfinite(m) ? m : 0.0f);
+  F8 e = splat(0.0f);
+  for (j = 0; j < body; j += kW) e += vec::exp(load(x + j) - shift);
+  if (tail) e += vec::exp(load_tail(x + body, tail, kNegInf) - shift);
+  return shift[0] + std::log(hsum(e));
+}
+
 template <class T>
 void forward_typed(T* loss, T* lse, const T* x, const int64_t* target, int64_t N, int64_t C, int64_t ignore_index,
                    double smoothing) {
   const T s = static_cast<T>(smoothing);
   parallel_for(0, N, row_grain(C), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
+      if constexpr (std::is_same_v<T, float>) {
+        float row_sum = 0;
+        const float l = logsumexp_row_f32(x + i * C, C, s != 0.0f ? &row_sum : nullptr);
+        lse[i] = l;
+        const int64_t t = target[i];
+        if (t == ignore_index) {
+          loss[i] = 0;
+          continue;
+        }
+        float v = l - (1.0f - s) * x[i * C + t];
+        if (s != 0.0f) v -= s * (row_sum / static_cast<float>(C));
+        loss[i] = v;
+        continue;
+      }
       CMap<T> xr(x + i * C, C);
       const T m = xr.maxCoeff();
       // An all -inf row has lse -inf (as log_softmax): keep m out of the exp then.
@@ -71,7 +125,17 @@ void backward_typed(T* gx, const T* g, const T* x, const T* lse, const int64_t* 
         continue;
       }
       const T gi = g[i];
-      out = ((CMap<T>(x + i * C, C) - lse[i]).exp() - uniform) * gi;
+      if constexpr (std::is_same_v<T, float>) {
+        using namespace vec;
+        const float* xr = x + i * C;
+        float* o = gx + i * C;
+        const F8 lv = splat(lse[i]), uv = splat(uniform), gv = splat(gi);
+        const int64_t body = C - C % kW;
+        for (int64_t j = 0; j < body; j += kW) store(o + j, (vec::exp(load(xr + j) - lv) - uv) * gv);
+        if (body < C) store_tail(o + body, (vec::exp(load_tail(xr + body, C - body, 0.0f) - lv) - uv) * gv, C - body);
+      } else {
+        out = ((CMap<T>(x + i * C, C) - lse[i]).exp() - uniform) * gi;
+      }
       out[t] -= (T(1) - s) * gi;
     }
   });

@@ -1,13 +1,16 @@
 // CPU softmax / log_softmax and their backward along one dim, numerically stable (the row's
 // maximum is subtracted before exp). Work is laid out as [outer, D, inner] on contiguous data:
-// inner == 1 (the last dim) runs row by row with Eigen's vectorised exp; otherwise blocks of the
-// inner dim are processed together. Rows are split across threads. f16/bf16 compute in f32.
+// inner == 1 (the last dim) runs row by row (f32 forward: core/cpu/vec8.h's exp, three passes
+// over the row, two of them in cache; otherwise Eigen's vectorised exp); other dims process
+// blocks of the inner dim together. Rows are split across threads. f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "core/cpu/vec8.h"
 #include "core/dense.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
@@ -53,9 +56,54 @@ template <class F> void for_each_block(const Dims& g, const F& f) {
   });
 }
 
+/// One f32 row of D: its maximum (reading x from memory), then e^(x - max) summed (and stored
+/// for softmax) while the row is in cache, then one scaling pass over y (softmax) or
+/// y = x - logsumexp (log_softmax). The padded tail goes through the same vector code.
+void softmax_row_f32(float* y, const float* x, int64_t D, bool log) {
+  using namespace vec;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t body = D - D % kW;
+  F8 m0 = splat(kNegInf), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * kW <= body; j += 4 * kW) {
+    m0 = vec::max(m0, load(x + j));
+    m1 = vec::max(m1, load(x + j + kW));
+    m2 = vec::max(m2, load(x + j + 2 * kW));
+    m3 = vec::max(m3, load(x + j + 3 * kW));
+  }
+  for (; j < body; j += kW) m0 = vec::max(m0, load(x + j));
+  if (body < D) m0 = vec::max(m0, load_tail(x + body, D - body, kNegInf));
+  const float m = hmax(vec::max(vec::max(m0, m1), vec::max(m2, m3)));
+  const F8 mv = splat(m);
+  // One vector at a time: the exp has enough independent work to hide the adds' latency, and
+  // unrolling it spilled registers.
+  F8 s0 = splat(0.0f);
+  for (j = 0; j < body; j += kW) {
+    const F8 e = vec::exp(load(x + j) - mv);
+    if (!log) store(y + j, e);
+    s0 += e;
+  }
+  if (body < D) {
+    const F8 e = vec::exp(load_tail(x + body, D - body, kNegInf) - mv);
+    if (!log) store_tail(y + body, e, D - body);
+    s0 += e;
+  }
+  const float s = hsum(s0);
+  if (log) {
+    const float shift = m + std::log(s);
+    for (j = 0; j < D; ++j) y[j] = x[j] - shift;
+  } else {
+    const float inv = 1.0f / s;
+    for (j = 0; j < D; ++j) y[j] *= inv;
+  }
+}
+
 template <class T> void softmax_typed(T* y, const T* x, const Dims& g, bool log) {
   const int64_t D = g.D, I = g.inner;
   for_each_block(g, [&](int64_t o, int64_t j0, int64_t len) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (I == 1) return softmax_row_f32(y + o * D, x + o * D, D, log);
+    }
     if (I == 1) {
       CMap<T> xr(x + o * D, D);
       MMap<T> yr(y + o * D, D);

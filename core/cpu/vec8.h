@@ -1,0 +1,109 @@
+// Eight-float vectors for the hand-vectorised f32 loops of the CPU kernels (softmax, layer norm,
+// cross-entropy, gelu): GCC/Clang vector extensions (one AVX register on x86-64-v3, FMA where the
+// target has it), horizontal sums and maxima in a fixed lane order, and an exp accurate to ~2 ulp.
+// Callers run every element through the same vector code, a row's or a range's tail included
+// (load_tail pads it), so a result never depends on where a thread's range starts or on the
+// buffer's alignment: the kernels built on it give the same bits at any thread count.
+#pragma once
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+namespace kiln::cpu::vec {
+
+typedef float F8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+/// Lanes per vector.
+inline constexpr int64_t kW = 8;
+
+inline F8 splat(float v) { return F8{} + v; }
+
+inline F8 load(const float* p) {
+  F8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, F8 v) { std::memcpy(p, &v, sizeof v); }
+
+/// p[0, n) (n < 8) in the low lanes, `fill` in the others.
+inline F8 load_tail(const float* p, int64_t n, float fill) {
+  float b[kW];
+  for (int64_t i = 0; i < kW; ++i) b[i] = i < n ? p[i] : fill;
+  return load(b);
+}
+
+/// Stores the low n (< 8) lanes of v at p.
+inline void store_tail(float* p, F8 v, int64_t n) {
+  float b[kW];
+  store(b, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
+}
+
+/// a * b + c, rounded once where the target has FMA (always the same way in a given build).
+inline F8 fmadd(F8 a, F8 b, F8 c) {
+#if defined(__FMA__)
+  return (F8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);  // casts between vector types move bits
+#else
+  return a * b + c;
+#endif
+}
+
+inline F8 max(F8 a, F8 b) { return a > b ? a : b; }
+
+/// Sum of the lanes, always in the same order.
+inline float hsum(F8 v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
+
+/// Largest lane (a NaN lane may or may not win; callers' later arithmetic propagates NaN).
+inline float hmax(F8 v) {
+  float m = v[0];
+  for (int i = 1; i < kW; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/// max(lo, v) and min(v, hi) per lane that keep a NaN v (one instruction each with AVX).
+inline F8 at_least(F8 v, F8 lo) {
+#if defined(__AVX__)
+  return (F8)_mm256_max_ps((__m256)lo, (__m256)v);  // the second operand where either is NaN
+#else
+  return v < lo ? lo : v;
+#endif
+}
+inline F8 at_most(F8 v, F8 hi) {
+#if defined(__AVX__)
+  return (F8)_mm256_min_ps((__m256)hi, (__m256)v);
+#else
+  return v > hi ? hi : v;
+#endif
+}
+
+/// e^x per lane: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts), Cephes' expf
+/// polynomial for e^r, 2^n put into the exponent bits; about 18 vector operations, no branch or
+/// select. x is raised to -88 first, where n = -127 makes 2^n's bits 0: the result is 0 below
+/// about -87.6 (PyTorch gives denormals there, all under 1.2e-38), exactly 0 for -inf. n is
+/// capped at 127: above 88.38 the polynomial, evaluated past its range, overflows to +inf where
+/// e^x does (88.72), and +inf gives +inf. NaN gives NaN.
+inline F8 exp(F8 x) {
+  const F8 xc = at_least(x, splat(-88.0f));
+  // Round x / ln2 to the nearest integer: adding 1.5 * 2^23 leaves no fraction bits.
+  const F8 magic = splat(12582912.0f);
+  const F8 n = at_most(fmadd(xc, splat(1.44269504088896341f), magic) - magic, splat(127.0f));
+  F8 r = fmadd(n, splat(-0.693359375f), xc);
+  r = fmadd(n, splat(2.12194440e-4f), r);
+  F8 p = splat(1.9875691500e-4f);
+  p = fmadd(p, r, splat(1.3981999507e-3f));
+  p = fmadd(p, r, splat(8.3334519073e-3f));
+  p = fmadd(p, r, splat(4.1665795894e-2f));
+  p = fmadd(p, r, splat(1.6666665459e-1f));
+  p = fmadd(p, r, splat(5.0000001201e-1f));
+  p = fmadd(p, r * r, r + splat(1.0f));
+  const I8 bits = (__builtin_convertvector(n, I8) + 127) << 23;
+  return p * (F8)bits;  // the bits of 2^n
+}
+
+}  // namespace kiln::cpu::vec
