@@ -1,8 +1,9 @@
 // CPU elementwise kernels: unary (forward and backward, the formulas of core/elementwise_ops.h),
 // binary, compare and where. 16-bit floats compute in float (opmath_t); integer dtypes get the
 // kinds whose row allows them (core/ops validated that). Contiguous f32/f64 transcendental ops run
-// through Eigen's vectorised array functions, split across threads; everything else goes through
-// map1/map2/map3, whose contiguous paths vectorise.
+// through Eigen's vectorised array functions (f32 gelu_tanh and its gradient through
+// core/cpu/gelu_tanh_vec.h), split across threads; everything else goes through map1/map2/map3,
+// whose contiguous paths vectorise.
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -12,6 +13,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/cpu/gelu_tanh_vec.h"
 #include "core/cpu/loops.h"
 #include "core/elementwise_ops.h"
 #include "core/kernels.h"
@@ -52,11 +54,36 @@ bool eigen_unary_span(UnaryKind kind, T* out, const T* in, int64_t m) {
     case UnaryKind::silu: d = v / (one + (-v).exp()); break;
     case UnaryKind::gelu: d = T(0.5) * v * (one + (v * T(unary_fn::kInvSqrt2)).erf()); break;
     case UnaryKind::gelu_tanh:
-      d = T(0.5) * v * (one + (T(unary_fn::kSqrt2OverPi) * (v + T(unary_fn::kGeluKappa) * v.cube())).tanh());
+      if constexpr (std::is_same_v<T, float>) {
+        gelu_tanh_f32(out, in, m);
+      } else {
+        d = T(0.5) * v * (one + (T(unary_fn::kSqrt2OverPi) * (v + T(unary_fn::kGeluKappa) * v.cube())).tanh());
+      }
       break;
     default: return false;
   }
   return true;
+}
+
+/// parallel_for over [0, n) of a contiguous output `out` whose ranges meet only at elements with a
+/// 64-byte aligned address (16-bit types: at multiples of 64 elements). Eigen computes the
+/// elements before a span's first aligned one and after its last whole packet with scalar
+/// functions (std::exp, ...), which round differently from its vector ones; with these
+/// boundaries every element takes the same path at any thread count.
+template <class T, class F> void parallel_for_aligned(const T* out, int64_t n, const F& f) {
+  constexpr int64_t kUnit = 64;  // elements: whole packets and cache lines
+  int64_t head = 0;
+  if constexpr (is_eigen_float_v<T>) {
+    const auto addr = reinterpret_cast<uintptr_t>(out);
+    if (addr % sizeof(T) == 0) head = std::min<int64_t>(n, static_cast<int64_t>((64 - addr % 64) % 64 / sizeof(T)));
+  }
+  // Unit 0 is [0, head), unit u > 0 starts at head + (u - 1) * kUnit.
+  const int64_t units = 1 + (n - head + kUnit - 1) / kUnit;
+  auto start = [&](int64_t u) { return u == 0 ? 0 : std::min(n, head + (u - 1) * kUnit); };
+  parallel_for(0, units, std::max<int64_t>(1, kTranscendentalGrain / kUnit), [&](int64_t ub, int64_t ue) {
+    const int64_t b = start(ub), e = ue == units ? n : start(ue);
+    if (b < e) f(b, e);
+  });
 }
 
 /// The vectorised path for contiguous operands: f32/f64 straight through Eigen, 16-bit floats
@@ -67,7 +94,7 @@ bool unary_eigen(const UnaryOp& op, Tensor& out, const Tensor& x) {
   if (!out.is_contiguous() || !x.is_contiguous()) return false;
   T* o = static_cast<T*>(out.data_ptr());
   const T* in = static_cast<const T*>(x.data_ptr());
-  parallel_for(0, out.numel(), kTranscendentalGrain, [&](int64_t b, int64_t e) {
+  parallel_for_aligned(o, out.numel(), [&](int64_t b, int64_t e) {
     if constexpr (is_eigen_float_v<T>) {
       eigen_unary_span<T>(op.kind, o + b, in + b, e - b);
     } else {
@@ -127,6 +154,16 @@ void unary_kernel(const UnaryOp& op, Tensor& out, const Tensor& x) {
 
 // ---- unary backward: vectorised gelu/silu, then the registry's grad column
 
+/// The end of the staging block of at most `block` elements that starts at blk: before out's
+/// first 64-byte aligned element, then every `block` (a multiple of 16). As the spans start at
+/// aligned elements (parallel_for_aligned), Eigen's scalar tails in a block buffer then fall on
+/// the same elements at any thread count.
+template <class T> int64_t block_end(const T* out, int64_t blk, int64_t m, int64_t block) {
+  const auto addr = reinterpret_cast<uintptr_t>(out + blk);
+  const int64_t to_aligned = addr % sizeof(T) == 0 ? static_cast<int64_t>((64 - addr % 64) % 64 / sizeof(T)) : 0;
+  return std::min(m, blk + (to_aligned > 0 ? to_aligned : block));
+}
+
 /// out[0, m) for the transcendental backward kinds (gelu, gelu_tanh, silu) on contiguous spans;
 /// false for the others. (The scalar tanh of gelu_tanh's grad column was a fifth of a GPT step.)
 template <class T>
@@ -140,12 +177,17 @@ bool eigen_unary_backward_span(UnaryKind kind, T* out, const T* g, const T* xs, 
     d = gv * (T(0.5) * (one + (x * T(unary_fn::kInvSqrt2)).erf()) +
               x * (T(-0.5) * x.square()).exp() * T(unary_fn::kInvSqrt2Pi));
   } else if (kind == UnaryKind::gelu_tanh) {
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_tanh_backward_f32(out, g, xs, m);
+      return true;
+    }
     // unary_fn::gelu_tanh_grad, with tanh staged once per element in a block buffer.
     constexpr int64_t kBlock = 512;
     alignas(64) T tb[kBlock];
     const T c(unary_fn::kSqrt2OverPi), k(unary_fn::kGeluKappa);
-    for (int64_t blk = 0; blk < m; blk += kBlock) {
-      const int64_t len = std::min(kBlock, m - blk);
+    for (int64_t blk = 0, end; blk < m; blk = end) {
+      end = block_end(out, blk, m, kBlock);
+      const int64_t len = end - blk;
       Eigen::Map<Arr> t(tb, len);
       auto xv = x.segment(blk, len);
       t = (c * (xv + k * xv.cube())).tanh();
@@ -157,8 +199,9 @@ bool eigen_unary_backward_span(UnaryKind kind, T* out, const T* g, const T* xs, 
     // out aliases.
     constexpr int64_t kBlock = 512;
     alignas(64) T sb[kBlock];
-    for (int64_t blk = 0; blk < m; blk += kBlock) {
-      const int64_t len = std::min(kBlock, m - blk);
+    for (int64_t blk = 0, end; blk < m; blk = end) {
+      end = block_end(out, blk, m, kBlock);
+      const int64_t len = end - blk;
       Eigen::Map<Arr> s(sb, len);
       auto xv = x.segment(blk, len);
       s = (one + (-xv).exp()).inverse();
@@ -176,7 +219,7 @@ bool unary_backward_eigen(UnaryKind kind, Tensor& out, const Tensor& a, const Te
   T* o = static_cast<T*>(out.data_ptr());
   const T* g = static_cast<const T*>(a.data_ptr());
   const T* xs = static_cast<const T*>(b.data_ptr());
-  parallel_for(0, out.numel(), kTranscendentalGrain, [&](int64_t lo, int64_t hi) {
+  parallel_for_aligned(o, out.numel(), [&](int64_t lo, int64_t hi) {
     if constexpr (is_eigen_float_v<T>) {
       eigen_unary_backward_span<T>(kind, o + lo, g + lo, xs + lo, hi - lo);
     } else {
