@@ -1,5 +1,10 @@
 // CPU fill, copy (with dtype conversion) and arange kernels.
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/cpu/loops.h"
@@ -22,24 +27,91 @@ void fill_kernel(Tensor& out, const Scalar& value) {
   });
 }
 
+#if defined(__AVX__)
+/// d[k * ds + i] = s[i * ss + k] for an 8 x 8 block of 32-bit elements: eight row loads, three
+/// rounds of shuffles, eight row stores (bits are only moved, never computed on).
+inline void transpose8x8(const uint32_t* s, int64_t ss, uint32_t* d, int64_t ds) {
+  auto ld = [&](int i) { return _mm256_loadu_ps(reinterpret_cast<const float*>(s + i * ss)); };
+  const __m256 r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3), r4 = ld(4), r5 = ld(5), r6 = ld(6), r7 = ld(7);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  auto st = [&](int k, __m256 v) { _mm256_storeu_ps(reinterpret_cast<float*>(d + k * ds), v); };
+  st(0, _mm256_permute2f128_ps(u0, u4, 0x20));
+  st(1, _mm256_permute2f128_ps(u1, u5, 0x20));
+  st(2, _mm256_permute2f128_ps(u2, u6, 0x20));
+  st(3, _mm256_permute2f128_ps(u3, u7, 0x20));
+  st(4, _mm256_permute2f128_ps(u0, u4, 0x31));
+  st(5, _mm256_permute2f128_ps(u1, u5, 0x31));
+  st(6, _mm256_permute2f128_ps(u2, u6, 0x31));
+  st(7, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+/// Tile side: 64 x 64 for 32-bit elements (a 16 KiB buffer; each src column and each out row is
+/// then read or written 256 bytes at a time), 32 x 32 for the others.
+template <class Bits> constexpr int64_t kTile = sizeof(Bits) == 4 ? 64 : 32;
+
+/// op[r * C + c] = sp[r + c * cs] for r in [r0, r1), c in [c0, c1), through a buffer: src
+/// columns (contiguous along r) are read into it, out rows (contiguous along c) written from it,
+/// which touches every cache line once even when the strides are powers of two and all rows of a
+/// tile fall into one cache set. 32-bit elements move by 8 x 8 register transposes, the edges
+/// that are not whole 8 x 8 blocks (and other widths) element by element.
+template <class Bits>
+void transpose_tile(const Bits* sp, int64_t cs, Bits* op, int64_t C, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  constexpr int64_t T = kTile<Bits>;
+  alignas(64) Bits buf[T][T];  // [r - r0][c - c0]
+  const int64_t nr = r1 - r0, nc = c1 - c0;
+  int64_t vr = 0, vc = 0;  // rows and columns covered by whole 8 x 8 blocks
+#if defined(__AVX__)
+  if constexpr (sizeof(Bits) == 4) {
+    vr = nr - nr % 8;
+    vc = nc - nc % 8;
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(sp);
+    uint32_t* b = reinterpret_cast<uint32_t*>(&buf[0][0]);
+    // Along r innermost: consecutive blocks read on along the same cache lines of each column.
+    for (int64_t cb = 0; cb < vc; cb += 8)
+      for (int64_t rb = 0; rb < vr; rb += 8) transpose8x8(s + (c0 + cb) * cs + r0 + rb, cs, b + rb * T + cb, T);
+  }
+#endif
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t r = c < vc ? vr : 0; r < nr; ++r) buf[r][c] = sp[r0 + r + (c0 + c) * cs];
+  if (nc == T) {
+    for (int64_t r = 0; r < nr; ++r) std::memcpy(op + (r0 + r) * C + c0, buf[r], sizeof(buf[r]));
+  } else {
+    for (int64_t r = 0; r < nr; ++r) std::memcpy(op + (r0 + r) * C + c0, buf[r], nc * sizeof(Bits));
+  }
+}
+
 /// out (contiguous) = src whose last two dims are swapped in memory (src.stride(-2) == 1), as
-/// `x.transpose(-1, -2).contiguous()` produces: 32x32 tiles, so both sides move whole cache
-/// lines (an element-by-element strided walk reads one element per cache line). Leading dims are
-/// walked with src's strides. Returns false when the layout is not that.
+/// `x.transpose(-1, -2).contiguous()` produces, in tiles (transpose_tile). Tiles are walked in
+/// panels of kPanel columns, all of a panel's rows before the next panel: a panel touches one
+/// page per src column and one per out row at a time (a few hundred, within the TLB), where
+/// walking whole rows of tiles touched one page per src column (thousands: a TLB miss per tile
+/// row at 4096 columns). Leading dims are walked with src's strides. Returns false when the
+/// layout is not that.
 template <class Bits>
 bool copy_transposed_tiles(Tensor& out, const Tensor& src) {
   const int64_t nd = src.dim();
   if (nd < 2 || !out.is_contiguous() || src.stride(-2) != 1 || src.stride(-1) <= 1) return false;
   const int64_t R = src.size(-2), C = src.size(-1);
+  constexpr int64_t T = kTile<Bits>;
   if (R < 32 || C < 32) return false;
   const int64_t cs = src.stride(-1), planes = src.numel() / (R * C);
   const Bits* ps = static_cast<const Bits*>(src.data_ptr());
   Bits* po = static_cast<Bits*>(out.data_ptr());
-  constexpr int64_t kTile = 32;
-  const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
-  parallel_for(0, planes * tiles_r, std::max<int64_t>(1, kGrainSize / (kTile * C)), [&](int64_t lo, int64_t hi) {
+  constexpr int64_t kPanel = 256;  // columns: a multiple of T
+  const int64_t tiles_r = (R + T - 1) / T, panels = (C + kPanel - 1) / kPanel;
+  const int64_t items = planes * panels * tiles_r;  // (plane, panel, tile row), tile rows innermost
+  parallel_for(0, items, std::max<int64_t>(1, kGrainSize / (T * kPanel)), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t plane = t / tiles_r, r0 = (t % tiles_r) * kTile, r1 = std::min(R, r0 + kTile);
+      const int64_t plane = t / (panels * tiles_r), panel = t / tiles_r % panels;
+      const int64_t r0 = (t % tiles_r) * T, r1 = std::min(R, r0 + T);
       // The plane's offset in src from its multi-index over the leading dims.
       int64_t off = 0;
       for (int64_t d = nd - 3, rem = plane; d >= 0; --d) {
@@ -48,17 +120,8 @@ bool copy_transposed_tiles(Tensor& out, const Tensor& src) {
       }
       const Bits* sp = ps + off;
       Bits* op = po + plane * R * C;
-      // Stage each tile: read src columns (contiguous along r), write out rows (contiguous
-      // along c). Going through the buffer touches every cache line once even when the
-      // strides are powers of two and all rows of a tile fall into one cache set.
-      Bits tile[kTile][kTile];
-      for (int64_t tc = 0; tc < tiles_c; ++tc) {
-        const int64_t c0 = tc * kTile, c1 = std::min(C, c0 + kTile);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) tile[c - c0][r - r0] = sp[r + c * cs];
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c) op[r * C + c] = tile[c - c0][r - r0];
-      }
+      for (int64_t c0 = panel * kPanel, c_end = std::min(C, c0 + kPanel); c0 < c_end; c0 += T)
+        transpose_tile(sp, cs, op, C, r0, r1, c0, std::min(C, c0 + T));
     }
   });
   return true;

@@ -346,8 +346,8 @@ TEST_CASE("views work for every dtype") {
   CHECK(b.t().contiguous().to_vector<bool>() == std::vector<bool>{false, true, true, true, true, true});
 }
 
-TEST_CASE("contiguous() of large transposes matches element-wise indexing (tiled path, ragged edges)") {
-  for (auto [B, R, C] : {std::array<int64_t, 3>{1, 70, 45}, {3, 33, 96}, {2, 64, 64}}) {
+TEST_CASE("contiguous() of large transposes matches element-wise indexing (tiled path, panels, ragged edges)") {
+  for (auto [B, R, C] : {std::array<int64_t, 3>{1, 70, 45}, {3, 33, 96}, {2, 64, 64}, {1, 96, 600}}) {
     Tensor base = arange(B * C * R, kFloat32).reshape({B, C, R});  // [B, C, R] contiguous
     Tensor t = base.transpose(1, 2);                                 // [B, R, C], stride(-2) == 1
     Tensor c = t.contiguous();
