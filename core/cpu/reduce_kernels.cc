@@ -147,7 +147,29 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
     out_off = wo.off1() + j0 * out_step;
     Walker wr(L.red, L.red_x, rz);
     wr.seek(rb);
-    for (int64_t r = rb; r < re; ++r, wr.next()) {
+    int64_t r = rb;
+    if constexpr (!is_minmax<K> && !std::is_same_v<T, Half>) {
+      // Four rows per pass over the accumulators: each acc[j] is loaded and stored once per four
+      // rows and takes the rows in the same order as one at a time (the same bits).
+      for (; r + 4 <= re; r += 4) {
+        const T* r0 = base + wr.off0();
+        wr.next();
+        const T* r1 = base + wr.off0();
+        wr.next();
+        const T* r2 = base + wr.off0();
+        wr.next();
+        const T* r3 = base + wr.off0();
+        wr.next();
+        for (int64_t j = 0; j < len; ++j) {
+          A a = acc[j];
+          a = step<K, A>(a, static_cast<A>(r0[j]));
+          a = step<K, A>(a, static_cast<A>(r1[j]));
+          a = step<K, A>(a, static_cast<A>(r2[j]));
+          acc[j] = step<K, A>(a, static_cast<A>(r3[j]));
+        }
+      }
+    }
+    for (; r < re; ++r, wr.next()) {
       const T* row = base + wr.off0();
       if constexpr (std::is_same_v<T, Half> || (std::is_same_v<T, BFloat16> && is_minmax<K>)) {
         float buf[kBlock];
@@ -177,17 +199,24 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
   // Few outputs, many rows: each thread folds a share of the rows, then the shares combine.
   // At least 16 rows a chunk: each chunk's partial row (double) then costs at most 1/8 of its data.
   // At most 4 chunks: more (up to kMaxChunks) made a column sum of a 4096 x 4096 f32 matrix 30 %
-  // slower on 2 cores (core_bench sum_cols), each chunk restarting its row streams.
+  // slower on 2 cores (core_bench sum_cols).
   const int64_t row_grain = std::max<int64_t>({16, kGrainSize / std::max<int64_t>(M, 1), (R + 3) / 4});
   const size_t n_partial = static_cast<size_t>(chunk_count(R, row_grain)) * items * kBlock;
   std::unique_ptr<A[]> partial(new A[n_partial]);  // not vector<bool>: threads write
   std::fill(partial.get(), partial.get() + n_partial, identity<K, A>());
   std::vector<int64_t> offs(items), lens(items);
-  int k = run_chunks(R, row_grain, [&](int c, int64_t b, int64_t e) {
-    for (int64_t it = 0; it < items; ++it) {
-      int64_t len, off;
-      fold(it, b, e, partial.get() + (static_cast<size_t>(c) * items + it) * kBlock, len, off);
-      if (c == 0) { lens[it] = len; offs[it] = off; }
+  // Each thread takes a run of consecutive chunks (parallel_for, not run_chunks' one chunk at a
+  // time), so it streams one contiguous range of rows, as when there was a chunk per thread; the
+  // chunks and the order they are added in stay fixed by the shape.
+  const int k = chunk_count(R, row_grain);
+  parallel_for(0, k, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t b = R * c / k, e = R * (c + 1) / k;
+      for (int64_t it = 0; it < items; ++it) {
+        int64_t len, off;
+        fold(it, b, e, partial.get() + (static_cast<size_t>(c) * items + it) * kBlock, len, off);
+        if (c == 0) { lens[it] = len; offs[it] = off; }
+      }
     }
   });
   for (int64_t it = 0; it < items; ++it) {

@@ -147,10 +147,12 @@ TEST_CASE("large reductions take the multi-threaded paths and stay accurate") {
 TEST_CASE("reductions give the same bits at 1, 2, 3 and 4 threads (every schedule)") {
   // f64 sums show any change of order; shapes for each schedule: one long output, a few long
   // outputs (below and above 2 x the chunk limit), column sums with 1 and several blocks of
-  // columns, BatchNorm-style runs.
+  // columns (rows in 4 chunks, a thread taking consecutive chunks), also with a leading kept dim,
+  // BatchNorm-style runs.
   std::vector<std::pair<Shape, IntList>> cases = {
-      {{1 << 20}, {}},       {{3, 300000}, {1}},  {{40, 40000}, {1}}, {{200000, 5}, {0}},
-      {{1024, 384}, {0}},    {{64, 30000}, {0}},  {{50, 3, 2000}, {0, 2}}};
+      {{1 << 20}, {}},      {{3, 300000}, {1}}, {{40, 40000}, {1}}, {{200000, 5}, {0}},
+      {{1024, 384}, {0}},   {{4096, 1000}, {0}}, {{3, 2000, 700}, {1}}, {{64, 30000}, {0}},
+      {{50, 3, 2000}, {0, 2}}};
   for (auto& [shape, dims] : cases) {
     Tensor x = randn(shape, kFloat64);
     auto at = [&](int threads) {
