@@ -53,39 +53,40 @@ inline void transpose8x8(const uint32_t* s, int64_t ss, uint32_t* d, int64_t ds)
 }
 #endif
 
-/// Tile side: 64 x 64 for 32-bit elements (a 16 KiB buffer; each src column and each out row is
-/// then read or written 256 bytes at a time), 32 x 32 for the others.
-template <class Bits> constexpr int64_t kTile = sizeof(Bits) == 4 ? 64 : 32;
+/// Tile side: 16 x 16 for 32-bit elements (whole cache lines of src columns and out rows in
+/// four 8 x 8 blocks), 32 x 32 for the others.
+template <class Bits> constexpr int64_t kTile = sizeof(Bits) == 4 ? 16 : 32;
 
-/// op[r * C + c] = sp[r + c * cs] for r in [r0, r1), c in [c0, c1), through a buffer: src
-/// columns (contiguous along r) are read into it, out rows (contiguous along c) written from it,
-/// which touches every cache line once even when the strides are powers of two and all rows of a
-/// tile fall into one cache set. 32-bit elements move by 8 x 8 register transposes, the edges
-/// that are not whole 8 x 8 blocks (and other widths) element by element.
+/// op[r * C + c] = sp[r + c * cs] for r in [r0, r1), c in [c0, c1). 32-bit elements move by
+/// 8 x 8 register transposes straight from src to out (the edges that are not whole blocks
+/// element by element); others through a buffer: src columns (contiguous along r) are read into
+/// it and out rows (contiguous along c) written from it, which touches every cache line once even
+/// when the strides are powers of two and all rows of a tile fall into one cache set.
 template <class Bits>
 void transpose_tile(const Bits* sp, int64_t cs, Bits* op, int64_t C, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   constexpr int64_t T = kTile<Bits>;
-  alignas(64) Bits buf[T][T];  // [r - r0][c - c0]
   const int64_t nr = r1 - r0, nc = c1 - c0;
-  int64_t vr = 0, vc = 0;  // rows and columns covered by whole 8 x 8 blocks
 #if defined(__AVX__)
   if constexpr (sizeof(Bits) == 4) {
-    vr = nr - nr % 8;
-    vc = nc - nc % 8;
+    const int64_t vr = nr - nr % 8, vc = nc - nc % 8;  // covered by whole 8 x 8 blocks
     const uint32_t* s = reinterpret_cast<const uint32_t*>(sp);
-    uint32_t* b = reinterpret_cast<uint32_t*>(&buf[0][0]);
-    // Along r innermost: consecutive blocks read on along the same cache lines of each column.
-    for (int64_t cb = 0; cb < vc; cb += 8)
-      for (int64_t rb = 0; rb < vr; rb += 8) transpose8x8(s + (c0 + cb) * cs + r0 + rb, cs, b + rb * T + cb, T);
+    uint32_t* o = reinterpret_cast<uint32_t*>(op);
+    // The tile below (the next one this thread moves, tile rows being innermost): its src lines
+    // are one per column in as many pages, which no hardware prefetcher follows.
+    for (int64_t c = 0; c < nc; ++c) __builtin_prefetch(sp + r0 + T + (c0 + c) * cs, 0);
+    for (int64_t r = 0; r < nr; ++r) __builtin_prefetch(op + (r0 + T + r) * C + c0, 1);
+    for (int64_t rb = 0; rb < vr; rb += 8)
+      for (int64_t cb = 0; cb < vc; cb += 8) transpose8x8(s + (c0 + cb) * cs + r0 + rb, cs, o + (r0 + rb) * C + c0 + cb, C);
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t c = r < vr ? vc : 0; c < nc; ++c) op[(r0 + r) * C + c0 + c] = sp[r0 + r + (c0 + c) * cs];
+    return;
   }
 #endif
+  Bits buf[T][T];  // [c - c0][r - r0]
   for (int64_t c = 0; c < nc; ++c)
-    for (int64_t r = c < vc ? vr : 0; r < nr; ++r) buf[r][c] = sp[r0 + r + (c0 + c) * cs];
-  if (nc == T) {
-    for (int64_t r = 0; r < nr; ++r) std::memcpy(op + (r0 + r) * C + c0, buf[r], sizeof(buf[r]));
-  } else {
-    for (int64_t r = 0; r < nr; ++r) std::memcpy(op + (r0 + r) * C + c0, buf[r], nc * sizeof(Bits));
-  }
+    for (int64_t r = 0; r < nr; ++r) buf[c][r] = sp[r0 + r + (c0 + c) * cs];
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t c = 0; c < nc; ++c) op[(r0 + r) * C + c0 + c] = buf[c][r];
 }
 
 /// out (contiguous) = src whose last two dims are swapped in memory (src.stride(-2) == 1), as
@@ -105,7 +106,7 @@ bool copy_transposed_tiles(Tensor& out, const Tensor& src) {
   const int64_t cs = src.stride(-1), planes = src.numel() / (R * C);
   const Bits* ps = static_cast<const Bits*>(src.data_ptr());
   Bits* po = static_cast<Bits*>(out.data_ptr());
-  constexpr int64_t kPanel = 256;  // columns: a multiple of T
+  constexpr int64_t kPanel = 256;  // columns: a multiple of T (and 1 KiB of each out row)
   const int64_t tiles_r = (R + T - 1) / T, panels = (C + kPanel - 1) / kPanel;
   const int64_t items = planes * panels * tiles_r;  // (plane, panel, tile row), tile rows innermost
   parallel_for(0, items, std::max<int64_t>(1, kGrainSize / (T * kPanel)), [&](int64_t lo, int64_t hi) {
