@@ -69,7 +69,10 @@ float logsumexp_row_f32(const float* x, int64_t C, float* sum) {
   // An all -inf row has lse -inf (as log_softmax): keep m out of the exp then.
   const F8 shift = splat(std::isfinite(m) ? m : 0.0f);
   F8 e = splat(0.0f);
-  for (j = 0; j < body; j += kW) e += vec::exp(load(x + j) - shift);
+  for (j = 0; j < body; j += kW) {
+    __builtin_prefetch(x + C + j, 0);  // the next row streams in while this one computes in cache
+    e += vec::exp(load(x + j) - shift);
+  }
   if (tail) e += vec::exp(load_tail(x + body, tail, kNegInf) - shift);
   return shift[0] + std::log(hsum(e));
 }

@@ -54,6 +54,9 @@ void forward_row_f32(float* y, float& mean, float& rstd, const float* x, const f
   const float mu = s / static_cast<float>(N);
   const F8 mv = splat(mu);
   float q = row_sum_f32(body, [&](int64_t j) {
+    // The next row streams in while this one computes in cache.
+    __builtin_prefetch(x + N + j, 0);
+    __builtin_prefetch(y + N + j, 1);
     const F8 d = load(x + j) - mv;
     return d * d;
   });
@@ -134,6 +137,10 @@ void backward_row_f32(float* gx, float* pw, float* pb, const float* g, const flo
   if (!gx) return;
   const F8 m1 = splat(hsum(s1) / static_cast<float>(N)), m2 = splat(hsum(s2) / static_cast<float>(N));
   auto pass2 = [&](int64_t j, int64_t n) {
+    // The next row streams in while this one computes in cache.
+    __builtin_prefetch(g + N + j, 0);
+    __builtin_prefetch(x + N + j, 0);
+    __builtin_prefetch(gx + N + j, 1);
     const bool full = n == kW;
     const F8 gv = full ? load(g + j) : load_tail(g + j, n, 0.0f);
     const F8 xh = ((full ? load(x + j) : load_tail(x + j, n, 0.0f)) - mv) * rv;

@@ -58,7 +58,8 @@ template <class F> void for_each_block(const Dims& g, const F& f) {
 
 /// One f32 row of D: its maximum (reading x from memory), then e^(x - max) summed (and stored
 /// for softmax) while the row is in cache, then one scaling pass over y (softmax) or
-/// y = x - logsumexp (log_softmax). The padded tail goes through the same vector code.
+/// y = x - logsumexp (log_softmax). The padded tail goes through the same vector code. The exp
+/// pass prefetches the next row: without that, memory would idle while a row computes.
 void softmax_row_f32(float* y, const float* x, int64_t D, bool log) {
   using namespace vec;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -79,6 +80,9 @@ void softmax_row_f32(float* y, const float* x, int64_t D, bool log) {
   // unrolling it spilled registers.
   F8 s0 = splat(0.0f);
   for (j = 0; j < body; j += kW) {
+    // The next row's x (and y, to be written) stream in while this one computes in cache.
+    __builtin_prefetch(x + D + j, 0);
+    __builtin_prefetch(y + D + j, 1);
     const F8 e = vec::exp(load(x + j) - mv);
     if (!log) store(y + j, e);
     s0 += e;
