@@ -61,6 +61,7 @@ TEST_CASE("allreduce: every op, dtype and size up to three shared-memory chunks,
     // (two for bf16, the last of 10 bytes).
     const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{1} << 20, (int64_t{2} << 20) + 5}) {
+      if (!test::size_checked_here(n)) continue;
       // The answers in f64, once per size (not once per dtype: the reference costs more than the
       // collective at the big sizes, several times more under the sanitizers).
       const Tensor mine = rank_values(rank, n, kFloat64);
@@ -92,6 +93,7 @@ TEST_CASE("allreduce over Gloo's TCP ring too (shared memory turned off), 3 rank
     expect(!dynamic_cast<dist::ProcessGroupGloo&>(*pg).uses_shared_memory(), "rank {}: shared memory not off", rank);
     for (int64_t n : {int64_t{1}, int64_t{4099}, int64_t{3} << 20})
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        if (!test::size_checked_here(n)) continue;
         Tensor t = rank_values(rank, n, kFloat32);
         pg->allreduce(t, op)->wait();
         expect_equal(t, reduce_expected(world, n, kFloat32, op), fmt::format("tcp allreduce n={}", n));
@@ -184,6 +186,7 @@ TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) o
              gloo && gloo->uses_shared_memory(), shm);
       // (1 << 20) + 5 floats: the ring moves them in 17 segments of 256 KiB, the last of 5 elements.
       for (int64_t chunk : {int64_t{1}, int64_t{777}, (int64_t{1} << 20) + 5}) {
+        if (!test::size_checked_here(chunk)) continue;
         // Chunk c of rank r's input holds rank_values(r + c); rank `rank` gets the sum over r of chunk `rank`.
         Tensor in = empty({world * chunk}, dtype(kFloat32));
         for (int c = 0; c < world; ++c) in.narrow(0, c * chunk, chunk).copy_(rank_values(rank + c, chunk, kFloat32));
@@ -237,6 +240,7 @@ TEST_CASE("broadcast, reduce, allgather, reduce_scatter, send/recv and barrier o
              gloo && gloo->uses_shared_memory(), shm);
       // (2 << 20) + 5 f32: three 4 MiB shared-memory chunks, the last of 5 elements.
       for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{2} << 20) + 5}) {
+        if (!test::size_checked_here(n)) continue;
         // broadcast from a non-zero root
         Tensor b = rank_values(rank, n, kFloat32);
         pg->broadcast(b, 1)->wait();
