@@ -10,7 +10,11 @@ rm -rf "$dir" && mkdir -p "$dir"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-common=(--ddp --model mlp --epochs 2 --limit-train 3000 --log-every 5 --threads 1)
+# The first 3000 training and 1000 test images: each rank reads 3 MB, not the whole data set
+# (beside $dir, which must hold the checkpoint alone).
+data="$dir.data"
+python3 "$(dirname "$0")/../fashion_mnist_subset.py" "$data" 3000 1000 || fail "no Fashion-MNIST subset"
+common=(--ddp --model mlp --epochs 2 --limit-train 3000 --log-every 5 --threads 1 --data-dir "$data")
 out=$("$launch" --nproc-per-node 2 -- "$mnist" "${common[@]}" --save "$dir/ckpt.safetensors" \
       --stop-after-epochs 1 2>&1)
 code=$?
@@ -37,7 +41,7 @@ awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' || fail "test accuracy $acc after 2 
 
 # f16 with loss scaling under DDP: the ranks share the skip decision (an all-reduced found-inf).
 out=$("$launch" --nproc-per-node 2 -- "$mnist" --ddp --model mlp --epochs 1 --limit-train 2000 --threads 1 \
-      --amp f16 2>&1)
+      --data-dir "$data" --amp f16 2>&1)
 code=$?
 [ "$code" -eq 0 ] || fail "--ddp --amp f16 exited $code: $out"
 [[ "$out" == *'"amp":"f16'* ]] || fail "--ddp --amp f16: the JSON line does not record f16: $out"

@@ -12,8 +12,11 @@ rm -rf "$dir" && mkdir -p "$dir"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# The first 3000 training and 1000 test images: each rank reads 3 MB, not the whole data set.
+python3 "$(dirname "$0")/../fashion_mnist_subset.py" "$dir/data" 3000 1000 || fail "no Fashion-MNIST subset"
 out=$(KILN_FLIGHT_RECORDER_DIR="$dir/fr" "$launch" --nproc-per-node 2 -- "$mnist" --ddp --model mlp --epochs 1 \
-      --limit-train 3000 --log-every 5 --threads 1 --profile "$dir/prof" --profile-steps 1,1,3 --logdir "$dir/tb" 2>&1)
+      --limit-train 3000 --log-every 5 --threads 1 --data-dir "$dir/data" --profile "$dir/prof" --profile-steps 1,1,3 \
+      --logdir "$dir/tb" 2>&1)
 code=$?
 echo "$out"
 [ "$code" -eq 0 ] || fail "profiled DDP run exited $code"
@@ -40,7 +43,7 @@ n=$(ls "$dir/tb" | grep -c tfevents)
 
 # Pipeline stages: sends and receives on their own tracks of each rank's trace.
 out=$("$launch" --nproc-per-node 2 -- "$mnist" --pipeline-stages 2 --micro-batches 4 --epochs 1 --limit-train 1280 \
-      --threads 1 --log-every 5 --profile "$dir/pp" --profile-steps 1,1,2 2>&1)
+      --threads 1 --log-every 5 --data-dir "$dir/data" --profile "$dir/pp" --profile-steps 1,1,2 2>&1)
 [ $? -eq 0 ] || fail "profiled pipeline run failed: $out"
 [[ "$out" == *"fwd+bwd (pipeline)"* ]] || fail "no pipeline breakdown line"
 python3 - "$dir/pp" <<'PY' || fail "the pipeline traces lack send/receive tracks"
@@ -55,7 +58,8 @@ print("pipeline traces ok")
 PY
 
 # A single process too: the table and the trace.
-out=$("$mnist" --model mlp --epochs 1 --limit-train 1000 --threads 1 --profile "$dir/one" --profile-steps 0,1,2 2>&1)
+out=$("$mnist" --model mlp --epochs 1 --limit-train 1000 --threads 1 --data-dir "$dir/data" --profile "$dir/one" \
+      --profile-steps 0,1,2 2>&1)
 [ $? -eq 0 ] || fail "profiled single-process run failed: $out"
 [ -f "$dir/one/trace.rank0.json" ] || fail "no single-process trace"
 [[ "$out" == *"LinearBackward"* ]] || fail "the table has no backward nodes: $out"

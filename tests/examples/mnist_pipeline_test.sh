@@ -15,7 +15,12 @@ field() { echo "$1" | grep -o "\"$2\":[^,}]*" | tail -1 | cut -d: -f2; }
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = (a < 0 ? -a : a);
           exit !(a != "" && b != "" && (t == 0 ? a == b : d <= t * m)) }'; }
 
-common=(--model mlp --epochs 2 --limit-train 1024 --batch-size 64 --threads 1 --seed 3 --log-every 8)
+# The first 1024 training and 1000 test images (every run here trains on at most 1024): each
+# rank then reads 2 MB, not the whole data set, and evaluates 1000 images after each epoch.
+dir="${TEST_TMPDIR:-/tmp}/mnist_pipeline"
+rm -rf "$dir" && mkdir -p "$dir"
+python3 "$(dirname "$0")/../fashion_mnist_subset.py" "$dir/data" 1024 1000 || fail "no Fashion-MNIST subset"
+common=(--model mlp --epochs 2 --limit-train 1024 --batch-size 64 --threads 1 --seed 3 --log-every 8 --data-dir "$dir/data")
 ref=$("$mnist" "${common[@]}" 2>&1)
 [ $? -eq 0 ] || fail "one-process run failed: $ref"
 echo "one process: $(echo "$ref" | tail -1)"
@@ -44,9 +49,8 @@ done
 
 # --save writes one file per stage after each epoch; a run resumed from them ends where the
 # uninterrupted run does (the optimizer's momentum is in the files too).
-dir="${TEST_TMPDIR:-/tmp}/mnist_pipeline"
-rm -rf "$dir" && mkdir -p "$dir"
-whole=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 | grep '\[rank 0\] {' | tail -1)
+# The uninterrupted run saves too: the mid-epoch checks below compare with its stage files.
+whole=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/full.safetensors" | grep '\[rank 0\] {' | tail -1)
 out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/run.safetensors" --stop-after-epochs 1)
 [ $? -eq 0 ] || fail "--save run failed: $out"
 for s in 0 1; do [ -f "$dir/run.stage$s-of-2.safetensors" ] || fail "no checkpoint of stage $s: $(ls "$dir")"; done
@@ -61,7 +65,7 @@ done
 
 # Mid-epoch: --save-every and --stop-after-steps stop every stage after step 11 (epoch 0 has 16),
 # --auto-resume continues there, and each stage's final file equals the uninterrupted run's.
-run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/full.safetensors" >/dev/null || fail "full --save run failed"
+[ -f "$dir/full.stage0-of-2.safetensors" ] || fail "the uninterrupted --save run wrote no stage files"
 out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --save "$dir/mid.safetensors" --save-every 5 --stop-after-steps 11)
 [ $? -eq 0 ] || fail "--stop-after-steps run failed: $out"
 [[ "$out" == *"[rank 0] stopped after step 11"* ]] || fail "no stop line: $out"
@@ -99,7 +103,7 @@ done
 
 # Interleaved, 2 stages x 2 virtual stages, on the CNN (the MLP's four would leave rank 0 only
 # parameterless layers, which is refused): the one-process CNN's losses.
-cnn=(--model cnn --epochs 1 --limit-train 256 --batch-size 64 --threads 1 --seed 3 --log-every 2)
+cnn=(--model cnn --epochs 1 --limit-train 256 --batch-size 64 --threads 1 --seed 3 --log-every 2 --data-dir "$dir/data")
 cref=$("$mnist" "${cnn[@]}" 2>&1)
 out=$("$launch" --nproc-per-node 2 -- "$mnist" "${cnn[@]}" --pipeline-stages 2 --micro-batches 4 \
       --pipeline-schedule interleaved --virtual-stages 2 2>&1)
@@ -119,14 +123,14 @@ out=$(run_pipe 2 --pipeline-stages 2 --micro-batches 2 --pipeline-schedule inter
 
 # The CNN in 3 stages, GPipe; 200 images in batches of 64 leave a last batch of 8 that splits.
 out=$("$launch" --nproc-per-node 3 -- "$mnist" --model cnn --epochs 1 --limit-train 200 --batch-size 64 \
-      --threads 1 --pipeline-stages 3 --micro-batches 4 --pipeline-schedule gpipe 2>&1)
+      --threads 1 --data-dir "$dir/data" --pipeline-stages 3 --micro-batches 4 --pipeline-schedule gpipe 2>&1)
 code=$?
 [ "$code" -eq 0 ] || fail "cnn in 3 stages exited $code: $out"
 [[ "$out" == *'[rank 0] {"model":"cnn"'*'"pipeline_stages":3'* ]] || fail "cnn in 3 stages: no JSON line: $out"
 # Cut by measured forward time: the convolutions hold few parameters but most of the time, so the
 # first stage ends earlier than the cut by parameters ([0, 7, 10]: convolutions, then the Linears).
 out=$("$launch" --nproc-per-node 2 -- "$mnist" --model cnn --epochs 1 --limit-train 128 --batch-size 64 \
-      --threads 1 --pipeline-stages 2 --micro-batches 2 --pipeline-balance time 2>&1)
+      --threads 1 --data-dir "$dir/data" --pipeline-stages 2 --micro-batches 2 --pipeline-balance time 2>&1)
 code=$?
 [ "$code" -eq 0 ] || fail "cnn cut by time exited $code: $out"
 split=$(echo "$out" | grep -o 'layers split at \[[0-9, ]*\] (by time)')

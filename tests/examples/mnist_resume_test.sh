@@ -23,12 +23,12 @@ PY
 }
 
 # The pid of the launcher $1's child with RANK=$2, read from /proc (a minimal system has no ps):
-# field 4 of /proc/PID/stat is the parent, counted after the command name's closing parenthesis.
+# the launcher's children are listed under its threads' task/*/children. (Scanning every
+# /proc/PID/stat for the parent took seconds on a loaded machine, long enough for the run to end
+# before rank 1 was found.)
 rank_pid() {
-  local s p
-  for s in /proc/[0-9]*/stat; do
-    p=${s#/proc/} && p=${p%/stat}
-    [ "$(sed 's/^.*) //' "$s" 2>/dev/null | cut -d' ' -f2)" = "$1" ] || continue
+  local p
+  for p in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
     tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p" && return 0
   done
   return 1
@@ -43,9 +43,11 @@ wait_for() {
   return 1
 }
 
-# 6400 images, batch 64: 100 steps per epoch (50 per rank under 2-rank DDP), 3 epochs.
+# 6400 images, batch 64: 100 steps per epoch (50 per rank under 2-rank DDP), 3 epochs; the first
+# 6400 training and 1000 test images only, so each rank reads 6 MB, not the whole data set.
+python3 "$(dirname "$0")/../fashion_mnist_subset.py" "$dir/data" 6400 1000 || fail "no Fashion-MNIST subset"
 common=(--model mlp --dropout 0.1 --optimizer adam --epochs 3 --limit-train 6400 --batch-size 64 --threads 1
-        --log-every 1)
+        --log-every 1 --data-dir "$dir/data")
 
 # ---- one process: an uninterrupted reference, then SIGTERM at step ~20 and a resume.
 "$mnist" "${common[@]}" --save "$dir/full.safetensors" > "$dir/full.log" 2>&1 || fail "reference run failed"
@@ -110,14 +112,23 @@ grep -q "\[rank 0\] resumed from $dir/elastic.safetensors at epoch" "$dir/elasti
 cmp -s "$dir/dfull.safetensors" "$dir/elastic.safetensors" \
   || fail "elastic: the restarted run's final checkpoint differs from the uninterrupted run's"
 
-# ---- --timeout: a rank that hangs (SIGSTOP) fails the others after the collective timeout.
+# ---- --timeout and the launcher watchdog, both at once (each waits seconds on a hung rank, not
+# computing): rank 1 hangs (SIGSTOP) in each job. With --timeout 3 the collective timeout fails the
+# others; with a long collective timeout the watchdog sees no heartbeat for 3 s, names each rank's
+# last step, sends SIGUSR1 (rank 0 dumps its stack) and stops the job. --epochs 100: neither job
+# may end before its rank 1 is stopped.
 start=$(date +%s)
-"$launch" --nproc-per-node 2 --kill-grace 1 -- "$mnist" "${ddp[@]}" --timeout 3 > "$dir/hang.log" 2>&1 &
-pid=$!
-wait_for "$dir/hang.log" "epoch 1 step 10/50" || fail "the hang run never reached step 10"
-rank1=$(rank_pid "$pid" 1)
-kill -STOP "$rank1"
-wait "$pid"
+"$launch" --nproc-per-node 2 --kill-grace 1 -- "$mnist" "${ddp[@]}" --epochs 100 --timeout 3 > "$dir/hang.log" 2>&1 &
+hang=$!
+"$launch" --nproc-per-node 2 --kill-grace 1 --watchdog-timeout 3 -- "$mnist" "${ddp[@]}" --epochs 100 \
+  > "$dir/stall.log" 2>&1 &
+stall=$!
+for job in hang stall; do
+  wait_for "$dir/$job.log" "epoch 1 step 10/50" || fail "the $job run never reached step 10"
+  rank1=$(rank_pid "${!job}" 1)
+  [ -n "$rank1" ] && kill -STOP "$rank1" || fail "the $job run's rank 1 was not found"
+done
+wait "$hang"
 code=$?
 elapsed=$(($(date +%s) - start))
 grep "rank 0\] mnist:\|launch:" "$dir/hang.log"
@@ -125,16 +136,7 @@ grep "rank 0\] mnist:\|launch:" "$dir/hang.log"
 [ "$elapsed" -lt 60 ] || fail "--timeout 3: the job took $elapsed s to fail"
 grep -q "\[rank 0\] mnist: .* failed after 3.0 s on rank 0: ranks \[1\] did not arrive" "$dir/hang.log" \
   || fail "--timeout: rank 0's error does not name the collective, the 3 s and the missing rank 1"
-
-# ---- launcher watchdog: rank 1 hangs (SIGSTOP) with a long collective timeout; the watchdog sees no
-# heartbeat for 3 s, names each rank's last step, sends SIGUSR1 (rank 0 dumps its stack) and stops.
-start=$(date +%s)
-"$launch" --nproc-per-node 2 --kill-grace 1 --watchdog-timeout 3 -- "$mnist" "${ddp[@]}" > "$dir/stall.log" 2>&1 &
-pid=$!
-wait_for "$dir/stall.log" "epoch 1 step 10/50" || fail "the stall run never reached step 10"
-rank1=$(rank_pid "$pid" 1)
-kill -STOP "$rank1"
-wait "$pid"
+wait "$stall"
 code=$?
 elapsed=$(($(date +%s) - start))
 grep "launch:\|watchdog" "$dir/stall.log" | head -5

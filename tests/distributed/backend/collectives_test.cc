@@ -52,25 +52,36 @@ TEST_CASE("local ranks compute with threads_per_rank threads, not the parent's c
   test::require_all_ok(results);
 }
 
-TEST_CASE("allreduce: every op, dtype and size up to tens of MB, on 3 ranks") {
+TEST_CASE("allreduce: every op, dtype and size up to three shared-memory chunks, on 3 ranks") {
   auto results = test::run_ranks(3, [](int rank, int world) {
     auto pg = dist::init_process_group();
     expect(pg->rank() == rank && pg->size() == world, "rank {} of {} got {} of {}", rank, world, pg->rank(),
            pg->size());
-    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{1} << 20, int64_t{6} << 20})
+    // 1 << 20 f32 fill one 4 MiB chunk exactly; (2 << 20) + 5 take three, the last of 5 elements
+    // (two for bf16, the last of 10 bytes).
+    const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{1} << 20, (int64_t{2} << 20) + 5}) {
+      if (!test::size_checked_here(n)) continue;
+      // The answers in f64, once per size (not once per dtype: the reference costs more than the
+      // collective at the big sizes, several times more under the sanitizers).
+      const Tensor mine = rank_values(rank, n, kFloat64);
+      std::vector<Tensor> answers;
+      for (ReduceOp op : ops) answers.push_back(reduce_expected(world, n, kFloat64, op));
       for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64})
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const ReduceOp op = ops[i];
           if (op == ReduceOp::kAvg && !is_floating(dt)) continue;
           if (n > 4099 && dt != kFloat32 && dt != kBFloat16) continue;  // big sizes: one wide and one narrow type
-          Tensor t = rank_values(rank, n, dt);
+          Tensor t = mine.to(dt).clone();  // to(f64) is mine itself, and allreduce works in place
           pg->allreduce(t, op)->wait();
-          Tensor want = reduce_expected(world, n, dt, op);
+          Tensor want = answers[i].to(dt);
           if (op == ReduceOp::kAvg)  // 1/3 rounds in the narrow types
             expect(((t.to(kFloat64) - want.to(kFloat64)).abs() - want.to(kFloat64).abs() * 1e-2).max().item<double>() <= 1e-2,
                    "allreduce avg n={} {}", n, dt);
           else
             expect_equal(t, want, fmt::format("allreduce {} n={} {}", dist::reduce_op_name(op), n, dt));
         }
+    }
   }, 300, "allreduce");
   test::require_all_ok(results);
 }
@@ -82,6 +93,7 @@ TEST_CASE("allreduce over Gloo's TCP ring too (shared memory turned off), 3 rank
     expect(!dynamic_cast<dist::ProcessGroupGloo&>(*pg).uses_shared_memory(), "rank {}: shared memory not off", rank);
     for (int64_t n : {int64_t{1}, int64_t{4099}, int64_t{3} << 20})
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        if (!test::size_checked_here(n)) continue;
         Tensor t = rank_values(rank, n, kFloat32);
         pg->allreduce(t, op)->wait();
         expect_equal(t, reduce_expected(world, n, kFloat32, op), fmt::format("tcp allreduce n={}", n));
@@ -174,6 +186,7 @@ TEST_CASE("reduce_scatter_tensor and allgather_into_tensor (ZeRO's flat forms) o
              gloo && gloo->uses_shared_memory(), shm);
       // (1 << 20) + 5 floats: the ring moves them in 17 segments of 256 KiB, the last of 5 elements.
       for (int64_t chunk : {int64_t{1}, int64_t{777}, (int64_t{1} << 20) + 5}) {
+        if (!test::size_checked_here(chunk)) continue;
         // Chunk c of rank r's input holds rank_values(r + c); rank `rank` gets the sum over r of chunk `rank`.
         Tensor in = empty({world * chunk}, dtype(kFloat32));
         for (int c = 0; c < world; ++c) in.narrow(0, c * chunk, chunk).copy_(rank_values(rank + c, chunk, kFloat32));
@@ -225,7 +238,9 @@ TEST_CASE("broadcast, reduce, allgather, reduce_scatter, send/recv and barrier o
       auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(pg.get());
       expect(gloo != nullptr && gloo->uses_shared_memory() == shm, "shared memory in use: {}, wanted {}",
              gloo && gloo->uses_shared_memory(), shm);
-      for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} << 20}) {
+      // (2 << 20) + 5 f32: three 4 MiB shared-memory chunks, the last of 5 elements.
+      for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{2} << 20) + 5}) {
+        if (!test::size_checked_here(n)) continue;
         // broadcast from a non-zero root
         Tensor b = rank_values(rank, n, kFloat32);
         pg->broadcast(b, 1)->wait();
@@ -310,32 +325,47 @@ TEST_CASE("bad arguments are refused on the calling rank, naming the op and the 
   test::require_all_ok(results);
 }
 
-TEST_CASE("a rank that never arrives makes the others fail within the timeout, naming it") {
-  auto start = std::chrono::steady_clock::now();
-  auto results = test::run_ranks(3, [](int rank, int) {
+/// What ranks 0 and 1 must report when rank 2 is absent from collective `seq`: "" when both
+/// exited 1 naming the collective and rank 2 (`detail`: what else the message must say).
+std::string absent_rank_report(const std::vector<test::RankResult>& results, int seq, const std::string& detail) {
+  std::string problems;
+  for (int r : {0, 1}) {
+    const std::string& err = results[r].stderr_text;
+    if (results[r].exit_code != 1 || err.find(fmt::format("allreduce #{} failed", seq)) == std::string::npos ||
+        err.find(detail) == std::string::npos)
+      problems += fmt::format("rank {} exited {}, wanted 1 with 'allreduce #{} failed' and '{}':\n{}\n", r,
+                              results[r].exit_code, seq, detail, err);
+  }
+  return problems;
+}
+
+/// A rank that never arrives (alive, until the others have failed) and a rank that dies: each a
+/// 3-rank job, both at once (test::run_concurrently), since they wait rather than compute.
+std::string never_arrives() {
+  const std::string marks = test::scratch_dir("timeout_gave_up");
+  const auto start = std::chrono::steady_clock::now();
+  auto results = test::run_ranks(3, [marks](int rank, int) {
     dist::InitOptions o;
     o.timeout = std::chrono::seconds(3);
     auto pg = dist::init_process_group(o);
     Tensor t = ones({10});
     pg->allreduce(t)->wait();  // #1: everyone
-    if (rank == 2) {
-      std::this_thread::sleep_for(std::chrono::seconds(8));  // stuck elsewhere
+    if (rank == 2) {  // stuck elsewhere, alive, until the others have failed
+      expect(test::wait_for_gave_up(marks, {0, 1}), "rank 2: ranks 0 and 1 never gave up on #2");
       return;
     }
+    test::GaveUp gave_up(marks, rank);
     pg->allreduce(t)->wait();  // #2: rank 2 never comes
   }, 60, "timeout");
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(took < 30);
-  for (int r : {0, 1}) {
-    INFO("rank " << r << ": " << results[r].stderr_text);
-    CHECK(results[r].exit_code == 1);
-    CHECK(results[r].stderr_text.find("allreduce #2 failed") != std::string::npos);
-    CHECK(results[r].stderr_text.find("ranks [2] did not arrive (rank 2 last entered #1)") != std::string::npos);
-  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string problems = absent_rank_report(results, 2, "ranks [2] did not arrive (rank 2 last entered #1)");
+  if (took >= 30) problems += fmt::format("took {:.1f} s; ", took);
+  if (results[2].exit_code != 0) problems += "rank 2 failed: " + results[2].stderr_text;
+  return problems.empty() ? "" : "never arrives: " + problems;
 }
 
-TEST_CASE("killing a rank makes the others exit non-zero within the timeout, naming it") {
-  auto start = std::chrono::steady_clock::now();
+std::string killed() {
+  const auto start = std::chrono::steady_clock::now();
   auto results = test::run_ranks(3, [](int rank, int) {
     dist::InitOptions o;
     o.timeout = std::chrono::seconds(5);
@@ -345,16 +375,17 @@ TEST_CASE("killing a rank makes the others exit non-zero within the timeout, nam
     if (rank == 2) raise(SIGKILL);
     pg->allreduce(t)->wait();  // #4
   }, 60, "killed");
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(took < 30);
-  CHECK(results[2].signal == SIGKILL);
-  for (int r : {0, 1}) {
-    INFO("rank " << r << ": " << results[r].stderr_text);
-    CHECK(results[r].exit_code == 1);
-    CHECK(results[r].stderr_text.find("allreduce #4 failed") != std::string::npos);
-    // (Entries are published at most every 20 ms, so the dead rank's may lag: no "last entered".)
-    CHECK(results[r].stderr_text.find("ranks [2] did not arrive") != std::string::npos);
-  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // (Entries are published at most every 20 ms, so the dead rank's may lag: no "last entered".)
+  std::string problems = absent_rank_report(results, 4, "ranks [2] did not arrive");
+  if (took >= 30) problems += fmt::format("took {:.1f} s; ", took);
+  if (results[2].signal != SIGKILL) problems += "rank 2 was not killed; ";
+  return problems.empty() ? "" : "killed: " + problems;
+}
+
+TEST_CASE("a rank that never arrives, or is killed, makes the others fail within the timeout, naming it") {
+  for (const std::string& report : test::run_concurrently({never_arrives, killed}, "absent_rank"))
+    CHECK_MESSAGE(report.empty(), report);
 }
 
 }  // namespace

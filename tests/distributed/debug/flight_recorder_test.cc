@@ -59,9 +59,10 @@ TEST_CASE("the ring keeps the last N entries and reads each one's state at dump 
 
 TEST_CASE("a rank that skips a collective and a rank that calls it with another size are named") {
   const std::string dir = test::scratch_dir("flight_dumps");
+  const std::string marks = test::scratch_dir("flight_dumps_gave_up");
   auto results = test::run_ranks(
       3,
-      [dir](int rank, int) {
+      [dir, marks](int rank, int) {
         setenv("KILN_SHM_ALLREDUCE", "0", 1);  // Gloo's TCP ring: a size mismatch fails or times out cleanly
         setenv("KILN_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
         dist::InitOptions o;
@@ -73,9 +74,10 @@ TEST_CASE("a rank that skips a collective and a rank that calls it with another 
         if (rank == 2) {  // skips #2; dumps when asked with SIGUSR1, as a stuck rank would be
           raise(SIGUSR1);
           expect(wait_for_file(mine, 10), "rank 2: no dump after SIGUSR1");
-          std::this_thread::sleep_for(std::chrono::seconds(5));  // alive until the others gave up
-          return;
+          expect(test::wait_for_gave_up(marks, {0, 1}), "rank 2: ranks 0 and 1 never gave up on #2");
+          return;  // alive until the others gave up
         }
+        test::GaveUp gave_up(marks, rank);
         Tensor u = ones({rank == 0 ? 8 : 12});  // #2: rank 1 with another size
         bool failed = false;
         try {
@@ -114,9 +116,10 @@ TEST_CASE("a rank that skips a collective and a rank that calls it with another 
 
 TEST_CASE("every group new_group makes after the default group is traced keeps its own ring") {
   const std::string dir = test::scratch_dir("flight_subgroups");
+  const std::string marks = test::scratch_dir("flight_subgroups_gave_up");
   auto results = test::run_ranks(
       4,
-      [dir](int rank, int) {
+      [dir, marks](int rank, int) {
         setenv("KILN_SHM_ALLREDUCE", "0", 1);
         setenv("KILN_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
         dist::InitOptions o;
@@ -138,6 +141,7 @@ TEST_CASE("every group new_group makes after the default group is traced keeps i
                      wait_for_file(fmt::format("{}/flight_recorder.rank3.json", dir), 10),
                  "rank 3: no dumps after SIGUSR1");
         } else if (rank == 1) {
+          test::GaveUp gave_up(marks, rank);
           bool failed = false;
           try {
             mine->allreduce(ones({6}))->wait();
@@ -152,7 +156,7 @@ TEST_CASE("every group new_group makes after the default group is traced keeps i
           mine->allreduce(ones({5}))->wait();  // group0's #2 completes on both members
           traced->dump_flight_recorder();
         }
-        std::this_thread::sleep_for(std::chrono::seconds(5));  // alive until rank 1 gave up
+        expect(test::wait_for_gave_up(marks, {1}), "rank {}: rank 1 never gave up on group1's #2", rank);
       },
       90, "flight_recorder_subgroups");
   test::require_all_ok(results);

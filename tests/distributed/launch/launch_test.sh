@@ -169,8 +169,10 @@ for r in 0 1 2; do
 done
 
 echo "== --max-restarts: the whole group restarts on a fresh port with KILN_RESTART_COUNT, then gives up naming each failure"
+# (exec: a rank that is sleep itself ends on the launcher's SIGTERM; a shell's orphaned sleep would
+# hold the output pipes, and the launcher reads them for 2 s more each round.)
 "$launch" --nproc-per-node 2 --max-restarts 2 -- sh -c \
-  'echo "attempt $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; [ "$RANK" = 1 ] && sleep 0.5 && exit 3; sleep 30' \
+  'echo "attempt $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"; [ "$RANK" = 1 ] && sleep 0.5 && exit 3; exec sleep 30' \
   >"$tmp/out" 2>"$tmp/err"
 code=$?
 [ "$code" -eq 3 ] || fail "--max-restarts 2 with a rank that always fails: exit $code (want 3)"
@@ -186,7 +188,7 @@ expect_contains "$tmp/err" "launch: giving up after 2 restart(s); the failures w
 "$launch" --nproc-per-node 1 --max-restarts 1 -- sh -c '[ "$KILN_RESTART_COUNT" = 1 ] || exit 4' >"$tmp/out" 2>"$tmp/err"
 code=$?
 [ "$code" -eq 0 ] || fail "a job that succeeds on its restart exited $code"
-"$launch" --nproc-per-node 1 --max-restarts 3 -- sh -c 'echo started; sleep 30' >"$tmp/out" 2>"$tmp/err" &
+"$launch" --nproc-per-node 1 --max-restarts 3 -- sh -c 'echo started; exec sleep 30' >"$tmp/out" 2>"$tmp/err" &
 lpid=$!
 for _ in $(seq 1 600); do grep -q started "$tmp/out" && break; sleep 0.05; done
 kill -TERM "$lpid"
@@ -199,8 +201,11 @@ code=$?
 
 echo "== --watchdog-timeout: no heartbeat for the timeout -> each rank's last step named, SIGUSR1, stop, exit 124"
 start=$(date +%s)
+# (The stalled ranks wait on a background sleep, so the USR1 trap runs at once; their TERM trap
+# ends that sleep too, which would otherwise hold the output pipes, the launcher reading them 2 s more.)
 "$launch" --nproc-per-node 2 --watchdog-timeout 2 --kill-grace 1 -- sh -c '
   trap "echo got SIGUSR1" USR1
+  trap "kill \$! 2>/dev/null; exit 143" TERM
   last=$((5 - RANK)); i=0
   while [ $i -lt $last ]; do i=$((i + 1)); printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.2; done
   echo "rank $RANK hangs at step $last"; sleep 100 & while :; do wait; done' >"$tmp/out" 2>"$tmp/err"
@@ -212,9 +217,9 @@ expect_contains "$tmp/err" "launch: watchdog: no rank made progress for 2 s (las
 expect_contains "$tmp/out" "[rank 0] got SIGUSR1" "SIGUSR1 to rank 0"
 expect_contains "$tmp/out" "[rank 1] got SIGUSR1" "SIGUSR1 to rank 1"
 expect_contains "$tmp/err" "launch: stopped the job: no rank made progress" "watchdog stop line"
-# A job that keeps beating is left alone.
+# A job that keeps beating is left alone (2 s: twice the timeout).
 "$launch" --nproc-per-node 1 --watchdog-timeout 1 -- sh -c '
-  for i in 1 2 3 4 5 6 7 8 9 10 11 12; do printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.25; done' \
+  for i in 1 2 3 4 5 6 7 8; do printf "%20d\n" $i > "$KILN_HEARTBEAT_FILE"; sleep 0.25; done' \
   >"$tmp/out" 2>"$tmp/err"
 code=$?
 [ "$code" -eq 0 ] || { fail "watchdog: a job beating every 0.25 s was stopped (exit $code)"; cat "$tmp/err"; }

@@ -12,7 +12,7 @@
 #     node 0 fails at --timeout, again naming ranks 2 and 3.
 #  5. Three nodes x 1 rank: the same weights as 1 node x 3 ranks over TCP.
 # Needs root (network namespaces); skips visibly without it. Arguments: launch, mnist, the
-# netns helper (tools/netns_nodes.sh).
+# netns helper (tools/netns_nodes.sh), tests/fashion_mnist_subset.py.
 set -u
 launch="$PWD/$1"
 mnist="$PWD/$2"
@@ -33,7 +33,11 @@ netns_limit 1gbit || { echo "FAIL: could not limit the links"; exit 1; }
 master=$(netns_addr 0)
 port=29500  # each namespace has its own port space: no clash with other jobs on the machine
 
-common=(--ddp --model mlp --epochs 1 --limit-train 768 --batch-size 32 --seed 3 --threads 1 --log-every 4)
+# The first 4096 training and 1000 test images (no run here trains on more): each rank reads 4 MB,
+# not the whole data set, and evaluates 1000 images.
+python3 "$4" "$dir/data" 4096 1000 || { echo "FAIL: no Fashion-MNIST subset"; exit 1; }
+common=(--ddp --model mlp --epochs 1 --limit-train 768 --batch-size 32 --seed 3 --threads 1 --log-every 4
+        --data-dir "$dir/data")
 json_field() { grep -o "\"$2\":[-0-9.e]*" "$1" | tail -1 | cut -d: -f2; }
 tx_bytes() { netns_exec "$1" cat /sys/class/net/eth0/statistics/tx_bytes; }
 
@@ -90,7 +94,8 @@ for f in train_loss test_loss; do
 done
 
 # The failure scenarios train long enough to be killed mid-epoch.
-long=(--ddp --model mlp --epochs 50 --limit-train 4096 --batch-size 32 --seed 3 --threads 1 --log-every 2)
+long=(--ddp --model mlp --epochs 50 --limit-train 4096 --batch-size 32 --seed 3 --threads 1 --log-every 2
+      --data-dir "$dir/data")
 
 # start_failure_run NAME TIMEOUT: both nodes in the background; sets node0/node1 pids.
 start_failure_run() {
