@@ -6,7 +6,7 @@
 # README's two commands there in a chroot, cold (no Bazel cache, no packages beyond minbase):
 #   tools/bazel run //examples:mnist      tools/bazel test //...
 # printing each one's wall time and result, and ending with "N passed, N failed" over the two.
-# Each command's full output is kept in ROOT_DIR/root/*.log. Needs root (debootstrap, chroot,
+# Each command's full output is kept in ROOT_DIR/root/*.log (the root's Bazel caches are removed at the end). Needs root (debootstrap, chroot,
 # mounts) and the network to Debian's mirror; installs debootstrap on the host when missing.
 # Nothing of the host's CUDA toolkit is visible inside, so this checks the CPU build.
 set -uo pipefail
@@ -70,5 +70,10 @@ run_in_root() {  # run_in_root NAME COMMAND: COMMAND in the clone, as root in th
 }
 run_in_root mnist "tools/bazel run //examples:mnist"
 run_in_root test "tools/bazel test //..."
+# The root's Bazel output and caches (several GB) are not needed once the logs are read: they
+# filled a shared disk once. The logs in ROOT_DIR/root/*.log stay.
+chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  bash -c "cd /root/kiln && tools/bazel shutdown" >/dev/null 2>&1
+rm -rf "$root/root/.cache" "$root/root/kiln/bazel-"* "$root/var/cache/apt/archives/"*.deb
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]
