@@ -13,6 +13,7 @@
 #include "train/gpt_trainer.h"
 #include "train/checkpoint.h"
 #include "tests/distributed/multiprocess.h"
+#include "tests/train/gpt_sharded_util.h"
 #include "tests/train/gpt_test_config.h"
 
 using namespace kiln;
@@ -20,6 +21,9 @@ using namespace kiln::models::gpt;
 using namespace kiln::train::gpt;
 
 namespace {
+
+using test::sharded::read;
+using test::sharded::weight_diff;
 
 /// 2 layers, width 32; 2 ranks x 2 sequences x 16 tokens x 2 accumulated micro-batches per step;
 /// `dir` holds the corpus.
@@ -51,28 +55,7 @@ void run2(const TrainConfig& c, int64_t until, const std::string& log_path, cons
   run_ranks(2, c, until, log_path, name);
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
-/// The largest difference between the weights of two checkpoints of `c`'s model, computed in a
-/// child process (this one forks the ranks and starts no threads of its own).
-double weight_diff(const TrainConfig& c, const std::string& a, const std::string& b) {
-  const std::string out = test::scratch_dir("gpt_zero_diff") + "/diff";
-  test::require_all_ok(test::run_ranks(1, [&](int, int) {
-    GPT ma(c.gpt), mb(c.gpt);
-    train::load_checkpoint(a, ma, nullptr, nullptr);
-    train::load_checkpoint(b, mb, nullptr, nullptr);
-    auto pa = ma.parameters(), pb = mb.parameters();
-    double d = 0;
-    for (size_t i = 0; i < pa.size(); ++i) d = std::max(d, static_cast<double>((pa[i] - pb[i]).abs().max().item<float>()));
-    std::ofstream(out) << fmt::format("{:.17g}", d);
-  }, 60, "gpt_zero_diff"));
-  return std::stod(read(out));
-}
 
 /// The norms of rank 0's progress lines ("| norm 1.234 |").
 std::vector<double> norms(const std::string& log) {
