@@ -3,6 +3,8 @@
 // two checkpoints.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -76,6 +78,19 @@ inline double weight_diff(const TrainConfig& c, const std::string& a, const std:
     std::ofstream(out) << fmt::format("{:.17g}", d);
   }, 60, "gpt_sharded_diff"));
   return std::stod(read(out));
+}
+
+/// The one-process reference every sharded layout is held to: `base` run to its last step in one
+/// process, saved to DIR/one.safetensors, and checked to have moved the weights from their initial
+/// values (one step at lr 0, saved to DIR/init.safetensors). Returns the one-process config.
+inline TrainConfig one_process_reference(const TrainConfig& base, const std::string& dir, const std::string& name) {
+  const TrainConfig one = layout(base, 1, 0, dir + "/one.safetensors");
+  run(1, one, base.max_steps, dir + "/one.log", name + "_one");
+  TrainConfig init = one;
+  init.max_steps = 1, init.lr = 0, init.min_lr = 0, init.save = dir + "/init.safetensors";
+  run(1, init, 1, dir + "/init.log", name + "_init");
+  CHECK(weight_diff(base, init.save, one.save) > 1e-2);
+  return one;
 }
 
 }  // namespace kiln::test::sharded
