@@ -2,20 +2,25 @@
 // Arithmetic converts to float; conversions round to nearest even, NaN stays NaN. f16 converts
 // with the F16C instructions where the build has them (x86-64-v3 does): every f16 kernel on the
 // CPU converts each element it touches, and the portable bit-twiddling below costs ~20x more.
-// The array conversions at the end (8 elements per instruction) give exactly the bits of the
-// one-element ones, so where an element falls in a kernel's split never changes its value
-// (tests/core/half_test.cc checks every float).
+// The array conversions (core/half_array.h) give exactly the bits of these one-element ones.
+// Every translation unit includes this header (through core/dtype.h), so it calls the F16C
+// instructions through the compiler builtins <immintrin.h> wraps: that header alone costs about
+// 0.6 s of compile time per file, a tenth of a cold build.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
-#if defined(__F16C__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 namespace kiln {
+
+#if defined(__F16C__)
+namespace detail {
+// The operand types of GCC's and Clang's F16C builtins (<immintrin.h>'s __v4sf and __v8hi).
+typedef float F16cFloat4 __attribute__((vector_size(16)));
+typedef short F16cShort8 __attribute__((vector_size(16)));
+}  // namespace detail
+#endif
 
 inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -40,14 +45,18 @@ struct Half {
 
   static uint16_t from_float(float f) {
 #if defined(__F16C__)
-    return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+    // _cvtss_sh(f, 0): vcvtps2ph with immediate 0, round to nearest even (not MXCSR's mode).
+    const detail::F16cShort8 h = __builtin_ia32_vcvtps2ph(detail::F16cFloat4{f, 0, 0, 0}, 0);
+    return static_cast<uint16_t>(h[0]);
 #else
     return from_float_portable(f);
 #endif
   }
   static float to_float(uint16_t h) {
 #if defined(__F16C__)
-    return _cvtsh_ss(h);
+    // _cvtsh_ss(h): vcvtph2ps, exact.
+    const detail::F16cFloat4 f = __builtin_ia32_vcvtph2ps(detail::F16cShort8{static_cast<short>(h), 0, 0, 0, 0, 0, 0, 0});
+    return f[0];
 #else
     return to_float_portable(h);
 #endif
@@ -83,37 +92,5 @@ struct Half {
     return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
   }
 };
-
-/// dst[i] = Half(src[i]) for i < n, bit for bit, 8 at a time with F16C.
-inline void float_to_half(const float* src, Half* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  // Immediate 0: round to nearest even, as _cvtss_sh in Half::from_float (not MXCSR's mode).
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), 0));
-#endif
-  for (; i < n; ++i) dst[i] = Half(src[i]);
-}
-
-/// dst[i] = BFloat16(src[i]) for i < n, bit for bit (the same integer rounding, NaN to 0x7fc0),
-/// 8 at a time with AVX2.
-inline void float_to_bfloat16(const float* src, BFloat16* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__)
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), qnan = _mm256_set1_epi32(0x7fc0);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);  // both operands >= 0
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, odd)), 16);
-    r = _mm256_blendv_epi8(r, qnan, nan);
-    // Pack the 8 32-bit lanes (each < 2^16) to 16 bits; packus works per 128-bit half.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = BFloat16(src[i]);
-}
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #endif
 
 #include "core/cpu/loops.h"
+#include "core/half_array.h"
 #include "core/kernels.h"
 
 namespace kiln::cpu {
@@ -185,7 +186,7 @@ void normal_kernel(Tensor& out, Generator& gen, double mean, double std) {
         normal_fill<T>(o + b, b, e - b, st, static_cast<T>(mean), static_cast<T>(std));
       } else {  // 16-bit: draw whole blocks in float, round them, keep this range's part
         // Whole aligned blocks go through the same conversion code at the same place wherever
-        // the thread's range began (core/half.h's array conversions equal the scalar ones too).
+        // the thread's range began (core/half_array.h's conversions equal the scalar ones too).
         alignas(64) float buf[kNormalBlock];
         T rounded[kNormalBlock];
         for (int64_t blk = b, next; blk < e; blk = next) {

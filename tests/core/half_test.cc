@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/half_array.h"
 
 using kiln::Half;
 using kiln::bits_float;
