@@ -1,5 +1,6 @@
 // train::Trainer's set-up, strategies, evaluation and checkpoints (the loop is in fit_loop.cc).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,14 +19,6 @@
 
 namespace kiln::train {
 namespace {
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::f16: return "f16";
-    case Precision::bf16: return "bf16";
-    default: return "none";
-  }
-}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vector<optim::ParamGroup> groups) {
   switch (o.optimizer) {
@@ -59,6 +52,10 @@ void check_options(const FitOptions& o) {
   if (const auto* dp = std::get_if<DataParallel>(&o.strategy))
     KILN_CHECK(dp->zero_stage == 0 || dp->zero_stage == 1,
                "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
+  KILN_CHECK(o.stop_after_steps >= 0 && o.stop_after_epochs >= 0,
+             "Trainer: stop_after_steps ({}) and stop_after_epochs ({}) must be >= 0 (0: never)", o.stop_after_steps,
+             o.stop_after_epochs);
+  if (const std::string problem = cuda_graph_problem(o); !problem.empty()) fail("Trainer: cuda_graph: {}", problem);
 }
 
 /// The device of this rank: on GPUs cuda:LOCAL_RANK (one per rank of the node).
@@ -101,12 +98,28 @@ data::DataLoaderOptions loader_options(const data::DataLoaderOptions& o, std::sh
 
 }  // namespace
 
+std::string cuda_graph_problem(const FitOptions& o) {
+  if (!o.cuda_graph) return {};
+  if (!o.device.is_cuda()) return fmt::format("needs a CUDA device; this run is on {}", o.device);
+  if (!std::holds_alternative<SingleProcess>(o.strategy))
+    return "runs in one process (a replay does not capture the strategy's communication)";
+  if (o.precision == Precision::f16)
+    return "f16 loss scaling decides on the host whether to skip each step; use bf16 or f32";
+  if (o.optimizer != Optimizer::sgd)
+    return "the optimizer counts its steps on the host (bias correction), which a replay would freeze; use sgd";
+  if (o.schedule != Schedule::constant) return "a replay keeps the captured learning rate; use Schedule::constant";
+  if (o.grad_accum != 1 || o.clip_grad_norm > 0)
+    return fmt::format("grad_accum ({}) must be 1 and clip_grad_norm ({}) 0 (the captured step is one whole step)",
+                       o.grad_accum, o.clip_grad_norm);
+  return {};
+}
+
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target) {
   return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
 }
 
 Trainer::Impl::Impl(const FitOptions& o)
-    : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1") {}
+    : mp(o.precision, o.master_weights ? AmpMode::o2 : AmpMode::o1) {}
 
 Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(model)), options_(std::move(options)) {
   KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
@@ -158,6 +171,8 @@ int Trainer::world_size() const { return impl_->world; }
 int64_t Trainer::step() const { return impl_->state.step; }
 int64_t Trainer::epoch() const { return impl_->state.epoch; }
 dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
+dist::DistributedDataParallel* Trainer::ddp() const { return impl_->ddp.get(); }
+double Trainer::last_loss() const { return impl_->graphed ? impl_->graphed->last_loss() : impl_->last_loss; }
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
@@ -180,10 +195,13 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
     {
       amp::AutocastGuard autocast = m.mp.autocast();
       out = model_->forward(x);
-      loss = fit_loss(options_, out, y);
+      // Cross-entropy summed over the batch: exactly the sum other loops report (a mean times n
+      // would round once more).
+      loss = options_.loss ? fit_loss(options_, out, y)
+                           : nn::functional::cross_entropy(out, y, nn::functional::Reduction::sum);
     }
     const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-    sums[0] += loss.item<double>() * static_cast<double>(n);
+    sums[0] += loss.item<double>() * static_cast<double>(options_.loss ? n : 1);
     if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
       sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
     else
@@ -205,6 +223,7 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
 
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          int64_t epoch, int64_t batch) {
+  const auto start = std::chrono::steady_clock::now();
   const std::string& path = t.options().checkpoint;
   m.state.epoch = epoch;
   m.state.batch = batch;
@@ -212,16 +231,20 @@ void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::sh
   m.mp.save(m.state);
   for (auto& cb : callbacks) cb->save_state(path, m.state, m.rank);
   if (m.zero)
-    dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state);  // consolidated: any run resumes it
+    dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state,
+                               std::get<DataParallel>(t.options().strategy).zero_checkpoint == ZeroCheckpoint::sharded
+                                   ? dist::ZeroCheckpointKind::kSharded
+                                   : dist::ZeroCheckpointKind::kConsolidated);
   else if (m.pg)
     dist::save_checkpoint(*m.pg, path, t.model(), &t.optimizer(), m.state);  // rank 0 writes, the others wait
   else
     save_checkpoint(path, t.model(), &t.optimizer(), m.state);
   ++m.checkpoints;
+  m.checkpoint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  const std::string& path = t.options().checkpoint;
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         const std::string& path) {
   if (m.zero)
     m.state = dist::load_zero_checkpoint(path, t.model(), *m.zero);
   else if (m.pg)

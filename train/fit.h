@@ -28,8 +28,10 @@
 #include "data/dataloader.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "train/mixed_precision.h"
 
 namespace kiln::dist {
+class DistributedDataParallel;
 class ProcessGroup;
 }
 
@@ -41,8 +43,9 @@ enum class Optimizer { sgd, adam, adamw };
 /// constant: `lr` throughout (callbacks such as ReduceLROnPlateau may change it); cosine: from
 /// `lr` down to 0 over the whole run, per optimizer step.
 enum class Schedule { constant, cosine };
-/// f16 adds dynamic loss scaling (amp::GradScaler); bf16 needs none (train/mixed_precision.h).
-enum class Precision { f32, f16, bf16 };
+/// How ZeRO-1 writes its checkpoint: one ordinary file (any run resumes it), or each rank its part
+/// of the optimizer state beside it (resumed only at the same world size; train/zero_checkpoint.h).
+enum class ZeroCheckpoint { consolidated, sharded };
 
 /// Everything in one process, on `FitOptions::device`.
 struct SingleProcess {};
@@ -52,6 +55,7 @@ struct SingleProcess {};
 /// logs and writes checkpoints. zero_stage 1 shards the optimizer state (ZeRO-1).
 struct DataParallel {
   int zero_stage = 0;
+  ZeroCheckpoint zero_checkpoint = ZeroCheckpoint::consolidated;
   /// Rendezvous and collective timeout, seconds.
   double timeout_s = 300;
   /// The group to train over; null: init_process_group() from the environment (Gloo on CPU,
@@ -86,12 +90,32 @@ struct FitOptions {
   /// (rank 0; null: silent).
   int64_t log_every = 100;
   std::ostream* log = &std::cout;
+  /// The "epoch E/N done: ..." line after each epoch (off: a callback prints its own).
+  bool epoch_lines = true;
   /// The checkpoint file ("": none), written at every epoch end, every save_every optimizer
   /// steps (0: only at epoch ends) and when a run stops early. With `resume`, an existing file
   /// is loaded first and training continues where it stopped.
   std::string checkpoint;
   int64_t save_every = 0;
   bool resume = true;
+  /// Load this checkpoint instead (it must exist) when fit() starts; the run still writes to
+  /// `checkpoint`.
+  std::string resume_from;
+  /// Stop after this many optimizer steps / completed epochs of this fit() call (0: never),
+  /// writing the checkpoint first; the schedule still spans `epochs`, so a resumed run continues
+  /// the same run (time-sliced jobs, tests).
+  int64_t stop_after_steps = 0;
+  int64_t stop_after_epochs = 0;
+  /// SIGTERM/SIGINT during fit(): every rank finishes the step it is in (the ranks agree through
+  /// an all-reduced flag), the checkpoint is written and fit() returns with FitResult::preempted
+  /// (a second signal exits at once; dist::kExitPreempted is the exit status to use).
+  bool handle_preemption = false;
+  /// CUDA only: the whole step captured once as a CUDA graph after a few eager steps and replayed
+  /// for every full batch (train/graph_step.h). Needs SGD, Schedule::constant, no f16 loss
+  /// scaling, SingleProcess, grad_accum 1 and no clipping. Replayed steps do not call the
+  /// forward/backward callbacks, and their loss stays on the device (StepMetrics::loss is NaN;
+  /// Trainer::last_loss() reads it).
+  bool cuda_graph = false;
   /// Compute threads (0: leave the setting alone).
   int threads = 0;
   /// Under DataParallel on CUDA each rank takes cuda:LOCAL_RANK instead.
@@ -123,6 +147,8 @@ struct StepMetrics {
   double loss = 0;  // this rank's loss of the step (mean over its micro-batches)
   double lr = 0;
   double grad_norm = -1;  // before clipping; -1 when not clipping
+  double loss_scale = 1;  // f16: the loss scaler's scale after the step (1 without one)
+  int64_t samples = 0;    // samples of the step, all ranks together
 };
 
 struct FitResult {
@@ -134,9 +160,12 @@ struct FitResult {
   int64_t epochs_done = 0;  // global epochs completed
   int64_t skipped_steps = 0;  // f16: steps skipped by the loss scaler on inf/NaN
   bool stopped_early = false;  // a callback stopped the run before its planned steps (epochs, max_steps)
+  bool preempted = false;  // handle_preemption: a signal stopped the run (after writing the checkpoint)
+  int64_t graph_replays = 0;  // cuda_graph: steps run by replaying the captured graph
   double samples_per_sec = 0;  // all ranks' training samples per second of training time
   double seconds = 0;  // wall time of fit()
   int64_t checkpoints = 0;  // checkpoints written
+  double checkpoint_seconds = 0;  // wall time spent writing them (waits for the other ranks included)
   int rank = 0, world_size = 1;
 };
 
@@ -177,8 +206,11 @@ class Trainer {
   /// The global optimizer step and the epoch in progress.
   int64_t step() const;
   int64_t epoch() const;
-  /// The process group under DataParallel (null otherwise).
+  /// The process group and the data-parallel wrapper under DataParallel (null otherwise).
   dist::ProcessGroup* process_group() const;
+  dist::DistributedDataParallel* ddp() const;
+  /// The loss of the last step (a device read under cuda_graph: call it only when needed).
+  double last_loss() const;
 
   /// The state behind the Trainer (train/fit_impl.h; not part of the API).
   struct Impl;

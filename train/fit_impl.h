@@ -8,8 +8,10 @@
 
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/zero.h"
+#include "distributed/launch/heartbeat.h"
 #include "train/checkpoint.h"
 #include "train/fit.h"
+#include "train/graph_step.h"
 #include "train/mixed_precision.h"
 
 namespace kiln::train {
@@ -25,6 +27,10 @@ struct Trainer::Impl {
   bool resumed = false;
   int rank = 0, world = 1;
   int64_t checkpoints = 0;
+  double checkpoint_seconds = 0;
+  std::unique_ptr<GraphedStep> graphed;  // cuda_graph
+  double last_loss = 0;  // the last eager step's
+  dist::Heartbeat heartbeat;  // for the launcher's --watchdog-timeout (a no-op without it)
   std::ostream quiet{nullptr};
 
   /// Rank 0's log (the options' stream, or nothing).
@@ -37,7 +43,11 @@ Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target)
 /// Writes the Trainer's checkpoint at (epoch, batch) with its callbacks' state; loads it back.
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          int64_t epoch, int64_t batch);
-void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks);
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         const std::string& path);
+
+/// Why `o` cannot train with cuda_graph ("" when it can, or when cuda_graph is off).
+std::string cuda_graph_problem(const FitOptions& o);
 
 /// Under DataParallel: this rank's share of `loader`'s data set (a DistributedSampler with the
 /// loader's shuffle, seed and drop_last), or null when `loader` already samples for this rank.

@@ -19,10 +19,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const std
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<optim::ParamGroup> groups) {
-  if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions(c.lr).set_momentum(0.9));
-  if (c.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions(c.lr));
-  return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamOptions(c.lr).set_weight_decay(0.01));
+  switch (c.optimizer) {
+    case Optimizer::sgd:
+      return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions(c.lr).set_momentum(0.9));
+    case Optimizer::adam: return std::make_unique<optim::Adam>(std::move(groups), optim::AdamOptions(c.lr));
+    case Optimizer::adamw:
+      return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamOptions(c.lr).set_weight_decay(0.01));
+  }
+  fail("make_optimizer: unknown optimizer {}", static_cast<int>(c.optimizer));
 }
 
 namespace {

@@ -1,6 +1,7 @@
-// Pieces the main job's two training loops share (train/trainer.cc: one process or data
-// parallel; train/pipeline_trainer.cc: pipeline stages): the optimizer, the data sets and the
-// device of a rank.
+// Pieces of the main job (train/trainer.cc, through the Trainer: one process or data parallel;
+// train/pipeline_trainer.cc, its own loop: pipeline stages): the data sets and the device of a
+// rank; and, for the pipeline loop only, the optimizer, the step checkpoints/preemption and the
+// per-epoch progress lines (the Trainer has these as options and train/epoch_log.h).
 #pragma once
 
 #include <algorithm>
