@@ -14,6 +14,8 @@
 #include "train/callback.h"
 #include "train/distributed_checkpoint.h"
 #include "train/fit_impl.h"
+#include "train/fit_model_parallel.h"
+#include "train/fit_pipeline.h"
 #include "train/zero_checkpoint.h"
 
 namespace kiln::train {
@@ -61,17 +63,6 @@ void check_options(const FitOptions& o) {
                "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
 }
 
-/// The device of this rank: on GPUs cuda:LOCAL_RANK (one per rank of the node).
-Device rank_device(Device d) {
-  if (!d.is_cuda()) return d;
-  const char* local = std::getenv("LOCAL_RANK");
-  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
-  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
-             "Trainer: DataParallel: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
-             device_count(DeviceType::CUDA));
-  return mine;
-}
-
 /// Indices [lo, hi) of a sampler's epoch-0 order: one rank's slice for evaluation.
 class SliceSampler : public data::Sampler {
  public:
@@ -101,6 +92,16 @@ data::DataLoaderOptions loader_options(const data::DataLoaderOptions& o, std::sh
 
 }  // namespace
 
+Device rank_device(Device d) {
+  if (!d.is_cuda()) return d;
+  const char* local = std::getenv("LOCAL_RANK");
+  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
+  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
+             "Trainer: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
+             device_count(DeviceType::CUDA));
+  return mine;
+}
+
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target) {
   return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
 }
@@ -114,6 +115,13 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
   if (options_.threads > 0) set_num_threads(options_.threads);
   impl_ = std::make_unique<Impl>(options_);
   Impl& m = *impl_;
+  if (std::holds_alternative<Pipeline>(options_.strategy)) {  // train/fit_pipeline.cc
+    m.pipeline = std::make_unique<PipelineRun>(model_, options_, m);
+    model_ = m.pipeline->stage_module();
+    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    m.mp.prepare_optimizer(*opt_);
+    return;
+  }
   const auto* dp = std::get_if<DataParallel>(&options_.strategy);
   if (dp != nullptr) {
     options_.device = rank_device(options_.device);
@@ -130,7 +138,10 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
     m.rank = m.pg->rank();
     m.world = m.pg->size();
   }
-  model_->to(options_.device);
+  if (const auto* parts = std::get_if<ModelParallel>(&options_.strategy))  // train/fit_model_parallel.cc
+    model_ = place_model_parallel(model_, *parts, options_.device);
+  else
+    model_->to(options_.device);
   m.mp.prepare_model(*model_);
   if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
   if (dp != nullptr && dp->zero_stage == 1) {
@@ -161,6 +172,7 @@ dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
+  if (m.pipeline) return m.pipeline->evaluate(*this, loader);
   NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();

@@ -14,6 +14,8 @@
 
 namespace kiln::train {
 
+class PipelineRun;
+
 struct Trainer::Impl {
   explicit Impl(const FitOptions& o);
 
@@ -23,6 +25,7 @@ struct Trainer::Impl {
   dist::ZeroRedundancyOptimizer* zero = nullptr;  // the Trainer's optimizer under zero_stage 1
   TrainingState state;  // the position: global step, epoch in progress, batches done in it
   bool resumed = false;
+  std::unique_ptr<PipelineRun> pipeline;  // under Pipeline: the stages and their loop (fit_pipeline.h)
   int rank = 0, world = 1;
   int64_t checkpoints = 0;
   std::ostream quiet{nullptr};
@@ -30,6 +33,9 @@ struct Trainer::Impl {
   /// Rank 0's log (the options' stream, or nothing).
   std::ostream& out(const FitOptions& o) { return rank == 0 && o.log != nullptr ? *o.log : quiet; }
 };
+
+/// The device of a rank of a multi-process job: on GPUs cuda:LOCAL_RANK (one per rank of the node).
+Device rank_device(Device d);
 
 /// The options' loss, or cross-entropy.
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target);
