@@ -89,7 +89,8 @@ struct Pipeline {
   bool data_parallel = false;
   /// Rendezvous and collective timeout, seconds.
   double timeout_s = 300;
-  /// The world group (with data_parallel: the default group, whose subgroups are made); null:
+  /// The world group (with data_parallel: the default group or its dist::trace_process_group
+  /// wrapper, since the stages' and replicas' subgroups are made from it); null:
   /// init_process_group() from the environment (Gloo on CPU, NCCL on CUDA).
   std::shared_ptr<dist::ProcessGroup> group;
 };

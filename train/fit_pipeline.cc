@@ -126,9 +126,9 @@ PipelineRun::PipelineRun(const nn::ModulePtr<>& model, FitOptions& o, Trainer::I
   replicas_ = world->size() / p.stages;
   std::shared_ptr<dist::ProcessGroup> stages = world;
   if (p.data_parallel) {
-    KILN_CHECK(dist::is_initialized() && dist::default_group() == world,
+    KILN_CHECK(dist::is_initialized() && dist::get_world_size() == world->size(),
                "Trainer: Pipeline with data_parallel makes its groups from the default process group; Pipeline::group "
-               "must be that group (or null)");
+               "must be that group (or null, or its traced wrapper)");
     dist::PipelineGroups g = dist::pipeline_groups(p.stages);
     stages = g.pipeline;
     data_ = g.data;
