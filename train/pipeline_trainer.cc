@@ -14,53 +14,14 @@
 #include "distributed/debug/traced_process_group.h"
 #include "models/mlp_cnn.h"
 #include "profiler/memory.h"
-#include "train/callback.h"
 #include "train/fit.h"
+#include "train/flag_callbacks.h"
 #include "train/pipeline_checkpoint.h"
 #include "train/run_monitor.h"
 #include "train/train_parts.h"
 
 namespace kiln::train {
 namespace {
-
-/// --stop-after-steps, SIGTERM/SIGINT (agreed over the ranks by StepCheckpoints) and
-/// --stop-after-epochs: each asks the Trainer to stop, which saves first.
-class StopFlags : public Callback {
- public:
-  StopFlags(const TrainConfig& c, dist::ProcessGroup* pg) : c_(c), checkpoints_(c, pg) {}
-  void on_step_end(Trainer& t, const StepMetrics& step) override {
-    if (checkpoints_.after_step(step.step, ++run_steps_).stop) t.request_stop();
-  }
-  void on_epoch_end(Trainer& t, const EpochMetrics&) override {
-    if (c_.stop_after_epochs > 0 && ++epochs_ == c_.stop_after_epochs) t.request_stop();
-  }
-  bool preempted() const { return checkpoints_.preempted(); }
-
- private:
-  const TrainConfig& c_;
-  StepCheckpoints checkpoints_;
-  int64_t run_steps_ = 0, epochs_ = 0;
-};
-
-/// --profile, --logdir and the breakdown lines: a pipeline step is one "fwd+bwd (pipeline)" phase.
-class Monitor : public Callback {
- public:
-  Monitor(const TrainConfig& c, int rank, int64_t samples_per_step, std::ostream& out)
-      : monitor_(monitor_config(c), rank, /*flops_per_sample=*/0, c.device.is_cuda(), out),
-        samples_(samples_per_step) {}
-  void on_train_begin(Trainer&) override { monitor_.step_begin(); }
-  void on_step_end(Trainer&, const StepMetrics& step) override {
-    monitor_.mark(Phase::kForwardBackward);
-    monitor_.step_end(samples_, step.loss, step.lr, step.grad_norm, 1.0);
-  }
-  void on_epoch_end(Trainer& t, const EpochMetrics& e) override {
-    if (e.val_loss && e.val_accuracy) monitor_.test_metrics(*e.val_loss, *e.val_accuracy, t.step());
-  }
-
- private:
-  RunMonitor monitor_;
-  int64_t samples_;
-};
 
 PipelineSchedule schedule_of(const std::string& name) {
   if (name == "gpipe") return PipelineSchedule::gpipe;
@@ -178,7 +139,9 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   data::DataLoader test(sets.test, {.batch_size = 1000});
   auto stop = std::make_shared<StopFlags>(c, world.get());
   trainer.add_callback(stop);
-  trainer.add_callback(std::make_shared<Monitor>(c, world->rank(), c.batch_size * replicas, out));
+  // MFU needs the FLOPs of this rank's stage per sample: not computed for pipelines (0: none shown).
+  trainer.add_callback(std::make_shared<MonitorSteps>(c, world->rank(), /*flops_per_sample=*/0,
+                                                      Phase::kForwardBackward, c.batch_size * replicas, out));
   profiler::reset_peak(c.device.type);
   const FitResult f = trainer.fit(loader, &test);
 
