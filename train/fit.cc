@@ -106,6 +106,11 @@ Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target)
   return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
 }
 
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target) {
+  if (!o.loss) return nn::functional::cross_entropy(output, target, nn::functional::Reduction::sum).item<double>();
+  return o.loss(output, target).item<double>() * static_cast<double>(output.dim() > 0 ? output.size(0) : 1);
+}
+
 Trainer::Impl::Impl(const FitOptions& o)
     : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1") {}
 
@@ -188,14 +193,13 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   double sums[4] = {0, 0, 0, 0};
   for (data::Example& b : *l) {
     Tensor x = b.data.to(options_.device), y = b.target.to(options_.device);
-    Tensor out, loss;
+    Tensor out;
     {
       amp::AutocastGuard autocast = m.mp.autocast();
       out = model_->forward(x);
-      loss = fit_loss(options_, out, y);
+      sums[0] += fit_loss_sum(options_, out, y);
     }
     const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-    sums[0] += loss.item<double>() * static_cast<double>(n);
     if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
       sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
     else

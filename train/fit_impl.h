@@ -39,6 +39,9 @@ Device rank_device(Device d);
 
 /// The options' loss, or cross-entropy.
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target);
+/// The loss summed over the batch's rows (evaluation): cross-entropy's own sum, or the options'
+/// mean loss times the rows.
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target);
 
 /// Writes the Trainer's checkpoint at (epoch, batch) with its callbacks' state; loads it back.
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,

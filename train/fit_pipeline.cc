@@ -247,7 +247,7 @@ EvalMetrics PipelineRun::evaluate(Trainer& t, data::DataLoader& loader) {
       if (!pipe_->is_last()) continue;
       Tensor y = b.target.to(out.device());
       const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-      sums[0] += fit_loss(o, out, y).item<double>() * static_cast<double>(n);
+      sums[0] += fit_loss_sum(o, out, y);
       if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
         sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
       else
