@@ -229,12 +229,11 @@ EvalMetrics PipelineRun::evaluate(Trainer& t, data::DataLoader& loader) {
   const bool sharded = dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr;
   if (replicas_ > 1 && !sharded) {  // each replica its contiguous slice
     const data::DataLoaderOptions& lo = loader.options();
+    auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), replica_, replicas_);
     slice = std::make_unique<data::DataLoader>(
-        loader.dataset(), data::DataLoaderOptions{
-                              .batch_size = lo.batch_size,
-                              .drop_last = lo.drop_last,
-                              .collate = lo.collate,
-                              .sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), replica_, replicas_)});
+        loader.dataset(),
+        data::DataLoaderOptions{.batch_size = lo.batch_size, .drop_last = lo.drop_last, .collate = lo.collate,
+                                .sampler = sampler});
     l = slice.get();
   }
   // loss sum, correct, samples, batches without an accuracy: summed on the last stage
@@ -343,9 +342,8 @@ FitResult PipelineRun::fit(Trainer& t, const std::vector<std::shared_ptr<Callbac
 
       // The loss lives on the last stage: every rank gets it (averaged over the replicas), so
       // every rank's callbacks see the same step.
-      StepMetrics step{.epoch = epoch,
-                       .loss = pipe_->from_last_stage({pipe_->is_last() ? group_loss / static_cast<double>(group_n) : 0},
-                                                      dist::ReduceOp::kAvg)[0]};
+      const double mine = pipe_->is_last() ? group_loss / static_cast<double>(group_n) : 0;
+      StepMetrics step{.epoch = epoch, .loss = pipe_->from_last_stage({mine}, dist::ReduceOp::kAvg)[0]};
       if (o.clip_grad_norm > 0) {
         if (m.mp.scaler().is_enabled()) m.mp.scaler().unscale_(opt);  // clip the true gradients
         // Over every stage (the replicas hold the same averaged gradients).
@@ -364,10 +362,11 @@ FitResult PipelineRun::fit(Trainer& t, const std::vector<std::shared_ptr<Callbac
       for (auto& cb : callbacks) cb->on_step_end(t, step);
       if (o.log_every > 0 && m.state.step % o.log_every == 0) {
         const auto now = Clock::now();
+        const double rate = static_cast<double>(window.samples) / seconds_between(window.start, now);
         out << progress_line({.step = m.state.step, .total_steps = total_steps, .epoch = epoch + 1,
                               .epochs = last_epoch, .loss = window.loss_sum / static_cast<double>(window.steps),
-                              .samples_per_sec = static_cast<double>(window.samples) / seconds_between(window.start, now),
-                              .elapsed_s = seconds_between(train_start, now), .run_steps = run_steps})
+                              .samples_per_sec = rate, .elapsed_s = seconds_between(train_start, now),
+                              .run_steps = run_steps})
             << "\n" << std::flush;
         window = Window{};
       }

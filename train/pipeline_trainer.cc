@@ -48,8 +48,8 @@ Precision precision_of(const std::string& amp) {
 /// the first replica copies its stage's file to Y's name first (atomically, before the ranks meet).
 void copy_stage_file(const std::string& from, const std::string& to, int rank, int stages) {
   if (rank >= stages) return;
-  const std::string src = dist::stage_checkpoint_path(from, rank, stages), dst = dist::stage_checkpoint_path(to, rank, stages);
-  const std::string tmp = dst + ".tmp";
+  const std::string src = dist::stage_checkpoint_path(from, rank, stages);
+  const std::string dst = dist::stage_checkpoint_path(to, rank, stages), tmp = dst + ".tmp";
   std::filesystem::copy_file(src, tmp, std::filesystem::copy_options::overwrite_existing);
   std::filesystem::rename(tmp, dst);
 }
