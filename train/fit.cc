@@ -15,6 +15,8 @@
 #include "train/callback.h"
 #include "train/distributed_checkpoint.h"
 #include "train/fit_impl.h"
+#include "train/fit_model_parallel.h"
+#include "train/fit_pipeline.h"
 #include "train/zero_checkpoint.h"
 
 namespace kiln::train {
@@ -56,17 +58,6 @@ void check_options(const FitOptions& o) {
              "Trainer: stop_after_steps ({}) and stop_after_epochs ({}) must be >= 0 (0: never)", o.stop_after_steps,
              o.stop_after_epochs);
   if (const std::string problem = cuda_graph_problem(o); !problem.empty()) fail("Trainer: cuda_graph: {}", problem);
-}
-
-/// The device of this rank: on GPUs cuda:LOCAL_RANK (one per rank of the node).
-Device rank_device(Device d) {
-  if (!d.is_cuda()) return d;
-  const char* local = std::getenv("LOCAL_RANK");
-  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
-  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
-             "Trainer: DataParallel: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
-             device_count(DeviceType::CUDA));
-  return mine;
 }
 
 /// Indices [lo, hi) of a sampler's epoch-0 order: one rank's slice for evaluation.
@@ -114,8 +105,23 @@ std::string cuda_graph_problem(const FitOptions& o) {
   return {};
 }
 
+Device rank_device(Device d) {
+  if (!d.is_cuda()) return d;
+  const char* local = std::getenv("LOCAL_RANK");
+  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
+  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
+             "Trainer: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
+             device_count(DeviceType::CUDA));
+  return mine;
+}
+
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target) {
   return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
+}
+
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target) {
+  if (!o.loss) return nn::functional::cross_entropy(output, target, nn::functional::Reduction::sum).item<double>();
+  return o.loss(output, target).item<double>() * static_cast<double>(output.dim() > 0 ? output.size(0) : 1);
 }
 
 Trainer::Impl::Impl(const FitOptions& o)
@@ -127,6 +133,13 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
   if (options_.threads > 0) set_num_threads(options_.threads);
   impl_ = std::make_unique<Impl>(options_);
   Impl& m = *impl_;
+  if (std::holds_alternative<Pipeline>(options_.strategy)) {  // train/fit_pipeline.cc
+    m.pipeline = std::make_unique<PipelineRun>(model_, options_, m);
+    model_ = m.pipeline->stage_module();
+    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    m.mp.prepare_optimizer(*opt_);
+    return;
+  }
   const auto* dp = std::get_if<DataParallel>(&options_.strategy);
   if (dp != nullptr) {
     options_.device = rank_device(options_.device);
@@ -143,7 +156,10 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
     m.rank = m.pg->rank();
     m.world = m.pg->size();
   }
-  model_->to(options_.device);
+  if (const auto* parts = std::get_if<ModelParallel>(&options_.strategy))  // train/fit_model_parallel.cc
+    model_ = place_model_parallel(model_, *parts, options_.device);
+  else
+    model_->to(options_.device);
   m.mp.prepare_model(*model_);
   if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
   if (dp != nullptr && dp->zero_stage == 1) {
@@ -176,6 +192,7 @@ double Trainer::last_loss() const { return impl_->graphed ? impl_->graphed->last
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
+  if (m.pipeline) return m.pipeline->evaluate(*this, loader);
   NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
@@ -191,17 +208,13 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   double sums[4] = {0, 0, 0, 0};
   for (data::Example& b : *l) {
     Tensor x = b.data.to(options_.device), y = b.target.to(options_.device);
-    Tensor out, loss;
+    Tensor out;
     {
       amp::AutocastGuard autocast = m.mp.autocast();
       out = model_->forward(x);
-      // Cross-entropy summed over the batch: exactly the sum other loops report (a mean times n
-      // would round once more).
-      loss = options_.loss ? fit_loss(options_, out, y)
-                           : nn::functional::cross_entropy(out, y, nn::functional::Reduction::sum);
+      sums[0] += fit_loss_sum(options_, out, y);
     }
     const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-    sums[0] += loss.item<double>() * static_cast<double>(options_.loss ? n : 1);
     if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
       sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
     else

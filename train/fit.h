@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/tensor.h"
 #include "data/dataloader.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
@@ -62,7 +63,52 @@ struct DataParallel {
   /// NCCL on CUDA).
   std::shared_ptr<dist::ProcessGroup> group;
 };
-using Strategy = std::variant<SingleProcess, DataParallel>;
+/// How Pipeline's micro-batches flow (dist::Schedule): all forwards then all backwards; one
+/// forward one backward (at most `stages` micro-batches' activations live); 1F1B over
+/// `virtual_stages` model chunks per rank (a smaller bubble; micro_batches a multiple of stages).
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+/// Where Pipeline cuts the model: equal parameter counts, or equal forward time measured on
+/// `Pipeline::sample` (rank 0 times each layer, every rank gets the same cut).
+enum class PipelineBalance { params, time };
+/// Pipeline parallel (train/fit_pipeline.h, docs/pipeline.md) for an nn::Sequential: the layers
+/// cut into `stages` consecutive stages, one per rank of the job; each loader batch is split into
+/// `micro_batches` that flow through the stages (dist::Pipeline). Every rank of a pipeline reads
+/// the same batches (stage 0 uses the inputs, the last stage the targets and computes the loss);
+/// the loss and the validation metrics come from the last stage to every rank, so rank 0 logs
+/// them and all callbacks see the same numbers. Checkpoints: one file per stage
+/// ("run.stage1-of-2.safetensors", dist::save_stage_checkpoint), resumed exactly.
+struct Pipeline {
+  int stages = 2;
+  /// Micro-batches per loader batch: the batch size (and the epoch's last batch) must divide by it.
+  int micro_batches = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  /// Model chunks per rank (interleaved only, which needs at least 2).
+  int virtual_stages = 1;
+  PipelineBalance balance = PipelineBalance::params;
+  /// balance time: one micro-batch of inputs to time the layers on (read on rank 0).
+  Tensor sample;
+  /// Hybrid pipeline x data parallel: the world is `stages` x replicas (rank = replica * stages +
+  /// stage); each replica trains on its DistributedSampler share of the data set, and each
+  /// stage's gradients are averaged over its replicas (DDP). false: the world must equal `stages`.
+  bool data_parallel = false;
+  /// Rendezvous and collective timeout, seconds.
+  double timeout_s = 300;
+  /// The world group (with data_parallel: the default group or its dist::trace_process_group
+  /// wrapper, since the stages' and replicas' subgroups are made from it); null:
+  /// init_process_group() from the environment (Gloo on CPU, NCCL on CUDA).
+  std::shared_ptr<dist::ProcessGroup> group;
+};
+/// Model parallel in one process (train/model_parallel.h) for an nn::Sequential: consecutive
+/// parts of its layers on `devices` (at least 2), the activation moved between them with
+/// to(device) so autograd carries its gradient back. `boundaries`: devices.size() + 1 layer
+/// indices from 0 to the layer count (part k runs layers [b[k], b[k+1])); empty: equal parameter
+/// counts. Batches go to the last device, where the output and the loss are (FitOptions::device
+/// is ignored); model() is the model with its parts placed (the same layers and names).
+struct ModelParallel {
+  std::vector<Device> devices;
+  std::vector<int> boundaries;
+};
+using Strategy = std::variant<SingleProcess, DataParallel, Pipeline, ModelParallel>;
 
 /// The loss of a batch from the model's output and the batch's target (mean over the batch).
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
@@ -196,7 +242,8 @@ class Trainer {
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
 
-  /// The user's model (not the data-parallel wrapper).
+  /// The user's model (not the data-parallel wrapper); under Pipeline this rank's stage (its
+  /// layers, named "0", "1", ... in stage order), under ModelParallel the placed Sequential.
   nn::Module& model() { return *model_; }
   /// The optimizer (ZeRO-1's sharded one under zero_stage 1).
   optim::Optimizer& optimizer() { return *opt_; }
@@ -206,7 +253,8 @@ class Trainer {
   /// The global optimizer step and the epoch in progress.
   int64_t step() const;
   int64_t epoch() const;
-  /// The process group and the data-parallel wrapper under DataParallel (null otherwise).
+  /// The process group under DataParallel and Pipeline (the world group; null otherwise), and the
+  /// data-parallel wrapper under DataParallel.
   dist::ProcessGroup* process_group() const;
   dist::DistributedDataParallel* ddp() const;
   /// The loss of the last step (a device read under cuda_graph: call it only when needed).

@@ -16,6 +16,8 @@
 
 namespace kiln::train {
 
+class PipelineRun;
+
 struct Trainer::Impl {
   explicit Impl(const FitOptions& o);
 
@@ -25,6 +27,7 @@ struct Trainer::Impl {
   dist::ZeroRedundancyOptimizer* zero = nullptr;  // the Trainer's optimizer under zero_stage 1
   TrainingState state;  // the position: global step, epoch in progress, batches done in it
   bool resumed = false;
+  std::unique_ptr<PipelineRun> pipeline;  // under Pipeline: the stages and their loop (fit_pipeline.h)
   int rank = 0, world = 1;
   int64_t checkpoints = 0;
   double checkpoint_seconds = 0;
@@ -37,8 +40,14 @@ struct Trainer::Impl {
   std::ostream& out(const FitOptions& o) { return rank == 0 && o.log != nullptr ? *o.log : quiet; }
 };
 
+/// The device of a rank of a multi-process job: on GPUs cuda:LOCAL_RANK (one per rank of the node).
+Device rank_device(Device d);
+
 /// The options' loss, or cross-entropy.
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target);
+/// The loss summed over the batch's rows (evaluation): cross-entropy's own sum, or the options'
+/// mean loss times the rows.
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target);
 
 /// Writes the Trainer's checkpoint at (epoch, batch) with its callbacks' state; loads it back.
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,

@@ -14,6 +14,7 @@
 #include "profiler/profiler.h"
 #include "train/callback.h"
 #include "train/fit_impl.h"
+#include "train/fit_pipeline.h"
 #include "train/progress.h"
 
 namespace kiln::train {
@@ -38,6 +39,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   const FitOptions& o = options_;
   std::ostream& out = m.out(o);
   stop_requested_ = false;
+  if (m.pipeline) return m.pipeline->fit(*this, callbacks_, train_loader, val);  // train/fit_pipeline.cc
   FitResult r;
   r.rank = m.rank;
   r.world_size = m.world;

@@ -1,55 +1,57 @@
-// The main job's pipeline-parallel training loop (see pipeline_trainer.h): the same model, data
-// order, optimizer and schedule as the one-process loop in trainer.cc, with each step run by
-// dist::Pipeline and the metrics computed on the last stage and broadcast up the pipeline.
+// The main job pipeline-parallel (see pipeline_trainer.h): the flags turned into a train::Trainer
+// with the Pipeline strategy (train/fit_pipeline.h), which runs the loop; what is left here is the
+// flag layer: the launch checks, the traced process group, the data, the checkpoint paths, and
+// callbacks for what the flags add (--stop-after-steps/-epochs, SIGTERM, the run monitor).
 #include "train/pipeline_trainer.h"
 
-#include <fmt/ranges.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
-#include <tuple>
 
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "distributed/backend/init.h"
-#include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/debug/traced_process_group.h"
-#include "distributed/pipeline/pipeline.h"
-#include "distributed/pipeline/pipeline_balance.h"
 #include "models/mlp_cnn.h"
-#include "train/mixed_precision.h"
+#include "profiler/memory.h"
+#include "train/fit.h"
+#include "train/flag_callbacks.h"
 #include "train/pipeline_checkpoint.h"
 #include "train/run_monitor.h"
 #include "train/train_parts.h"
-#include "optim/lr_scheduler.h"
-#include "profiler/memory.h"
 
 namespace kiln::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+PipelineSchedule schedule_of(const std::string& name) {
+  if (name == "gpipe") return PipelineSchedule::gpipe;
+  if (name == "interleaved") return PipelineSchedule::interleaved;
+  KILN_CHECK(name == "1f1b", "--pipeline-schedule {}: expected gpipe, 1f1b or interleaved", name);
+  return PipelineSchedule::one_f_one_b;
+}
 
-/// Test loss and accuracy: each replica runs its slice of the test set through the stages; the
-/// last stages add up their sums over the replicas and send the result up their pipelines.
-std::pair<double, double> evaluate(dist::Pipeline& pipe, const data::TensorDataset& ds, dist::ProcessGroup* data_pg) {
-  const int replica = data_pg ? data_pg->rank() : 0, replicas = data_pg ? data_pg->size() : 1;
-  const int64_t n = ds.size(), lo = n * replica / replicas, hi = n * (replica + 1) / replicas;
-  pipe.stage_module().eval();
-  double loss_sum = 0, correct = 0;
-  for (int64_t i = lo; i < hi; i += 1000) {
-    const int64_t rows = std::min<int64_t>(1000, hi - i);
-    Tensor logits = pipe.forward(pipe.is_first() ? ds.data().narrow(0, i, rows) : Tensor());
-    if (!pipe.is_last()) continue;
-    Tensor y = ds.targets().narrow(0, i, rows).to(logits.device());
-    loss_sum += nn::functional::cross_entropy(logits, y, nn::functional::Reduction::sum).item<double>();
-    correct += static_cast<double>((logits.argmax(1) == y).sum().item<int64_t>());
-  }
-  pipe.stage_module().train();
-  const std::vector<double> sums = pipe.from_last_stage({loss_sum, correct});
-  return {sums[0] / static_cast<double>(n), sums[1] / static_cast<double>(n)};
+Optimizer optimizer_of(const std::string& name) {
+  if (name == "adam") return Optimizer::adam;
+  if (name == "adamw") return Optimizer::adamw;
+  KILN_CHECK(name == "sgd", "--optimizer {}: expected sgd, adam or adamw", name);
+  return Optimizer::sgd;
+}
+
+Precision precision_of(const std::string& amp) {
+  if (amp == "f16") return Precision::f16;
+  if (amp == "bf16") return Precision::bf16;
+  KILN_CHECK(amp == "none", "--amp {}: expected none, f16 or bf16", amp);
+  return Precision::f32;
+}
+
+/// --resume X --save Y: the run continues from X's stage files and writes Y's, so each rank of
+/// the first replica copies its stage's file to Y's name first (atomically, before the ranks meet).
+void copy_stage_file(const std::string& from, const std::string& to, int rank, int stages) {
+  if (rank >= stages) return;
+  const std::string src = dist::stage_checkpoint_path(from, rank, stages);
+  const std::string dst = dist::stage_checkpoint_path(to, rank, stages), tmp = dst + ".tmp";
+  std::filesystem::copy_file(src, tmp, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(tmp, dst);
 }
 
 }  // namespace
@@ -67,6 +69,12 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
   KILN_CHECK(c.ddp ? world_size % P == 0 : world_size == P, "--pipeline-stages {}: {} ranks started; {}", P, world_size,
              c.ddp ? fmt::format("with --ddp the world must be a multiple of {} (stages x replicas)", P)
                    : fmt::format("start exactly {} (one per stage), or add --ddp for stages x replicas", P));
+  const int replicas = world_size / P;
+  const int rank = std::atoi(std::getenv("RANK") != nullptr ? std::getenv("RANK") : "0");
+  for (int s = 0; s < P && !c.resume.empty(); ++s)
+    KILN_CHECK(std::filesystem::exists(dist::stage_checkpoint_path(c.resume, s, P)), "--resume {}: {} does not exist",
+               c.resume, dist::stage_checkpoint_path(c.resume, s, P));
+  if (!c.resume.empty() && !c.save.empty() && c.resume != c.save) copy_stage_file(c.resume, c.save, rank, P);
   c.device = rank_device(c, "--pipeline-stages");
   if (c.threads > 0) set_num_threads(c.threads);
   Datasets sets = load_datasets(c);
@@ -76,187 +84,81 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
       {.backend = c.device.is_cuda() ? "nccl" : "gloo",
        .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))}));
   dist::align_profiler_clock(*world);
-  const Device comm = world->backend() == "nccl" ? c.device : kCPU;
-  dist::PipelineGroups groups;
-  if (c.ddp) {
-    groups = dist::pipeline_groups(P);
-  } else {
-    groups.pipeline = world;
-    groups.stage = world->rank();
-  }
-  const int replicas = world->size() / P;
+  std::ostream quiet(nullptr);
+  std::ostream& out = world->rank() == 0 ? log : quiet;
 
-  // Every rank builds the whole model from the seed, as one process would, and keeps its stage.
-  manual_seed(static_cast<uint64_t>(c.seed));
-  auto model = models::make_model(c.model, c.dropout);
-  MixedPrecision mp(c.amp, c.amp_mode);
-  mp.prepare_model(*model);
-  dist::PipelineOptions po;
-  po.micro_batches = M;
-  po.schedule = dist::parse_schedule(c.pipeline_schedule);
-  po.virtual_stages = c.virtual_stages;
-  po.device = c.device;
-  if (replicas > 1) po.data_parallel_group = groups.data;
-  if (c.pipeline_balance == "time") {
-    // Timed where the stages will run, on one micro-batch; over the world group, so every replica
-    // cuts alike.
-    model->to(c.device);
+  Pipeline strategy{.stages = P,
+                    .micro_batches = M,
+                    .schedule = schedule_of(c.pipeline_schedule),
+                    .virtual_stages = c.virtual_stages,
+                    .balance = c.pipeline_balance == "time" ? PipelineBalance::time : PipelineBalance::params,
+                    .data_parallel = c.ddp,
+                    .timeout_s = c.timeout_s,
+                    .group = world};
+  if (strategy.balance == PipelineBalance::time && world->rank() == 0) {  // timed on one micro-batch
     const int64_t rows = std::min(c.batch_size / M, sets.train->size());
     std::vector<int64_t> first(static_cast<size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) first[static_cast<size_t>(i)] = i;
-    Tensor sample = world->rank() == 0 ? sets.train->get_batch(first).data.to(c.device) : Tensor();
-    po.boundaries = dist::time_balanced_boundaries(*model, sample, P * c.virtual_stages, *world);
+    strategy.sample = sets.train->get_batch(first).data;
+  } else if (strategy.balance == PipelineBalance::time) {
+    strategy.sample = zeros({1});  // read on rank 0 only
   }
-  dist::Pipeline pipe(model, groups.pipeline, po);
-  KILN_CHECK(!pipe.parameters().empty(),
-             "--pipeline-stages {}{}: stage {}'s layers hold no parameters (split at [{}]), so it has nothing to "
-             "train; use fewer stages{}",
-             P, c.virtual_stages > 1 ? fmt::format(" --virtual-stages {}", c.virtual_stages) : "", pipe.stage(),
-             fmt::join(pipe.boundaries(), ", "), c.virtual_stages > 1 ? " or virtual stages" : "");
-  auto opt = make_optimizer(c, pipe.parameters());
-  mp.prepare_optimizer(*opt);
-  dist::share_found_inf(mp.scaler(), world);  // a skip on any stage or replica is a skip on all
-  auto ce = [&](const Tensor& out, const Tensor& y) {
-    return mp.scaler().scale(nn::functional::cross_entropy(out, y));
-  };
+  FitOptions o{.epochs = c.epochs,
+               .optimizer = optimizer_of(c.optimizer),
+               .lr = c.lr,
+               .schedule = c.schedule == "cosine" ? Schedule::cosine : Schedule::constant,
+               .precision = precision_of(c.amp),
+               .master_weights = c.amp_mode == "o2",
+               .log_every = c.log_every,
+               .log = &log,
+               .checkpoint = c.save.empty() ? c.resume : c.save,
+               .save_every = c.save_every,
+               .resume = !c.resume.empty() || c.auto_resume,
+               .device = c.device,
+               .strategy = strategy};
+  // Every rank builds the whole model from the seed, as one process would; the Trainer keeps its stage.
+  manual_seed(static_cast<uint64_t>(c.seed));
+  Trainer trainer(models::make_model(c.model, c.dropout), o);
 
-  std::ostream quiet(nullptr);
-  std::ostream& out = world->rank() == 0 ? log : quiet;
-  train::TrainingState state;
-  if (c.auto_resume && c.resume.empty()) {
-    bool all = true;
-    for (int stage = 0; stage < P; ++stage)
-      all = all && std::filesystem::exists(dist::stage_checkpoint_path(c.save, stage, P));
-    if (all) c.resume = c.save;
-  }
-  if (!c.resume.empty()) {  // every replica reads the first replica's stage files
-    state = dist::load_stage_checkpoint(pipe, c.resume, opt.get());
-    // Each stage writes its own file: a job killed while they saved can leave them at different
-    // steps, and resuming from such a set would train a model no run ever had.
-    Tensor steps = tensor({static_cast<double>(state.step), -static_cast<double>(state.step)}, dtype(kFloat64)).to(comm);
-    world->allreduce(steps, dist::ReduceOp::kMax)->wait();
-    const auto range = steps.to(kCPU).to_vector<double>();
-    KILN_CHECK(range[0] == -range[1],
-               "--resume {}: the stage files hold different steps (from {} to {}; this stage's is {}): the run was "
-               "stopped while its stages saved; resume from a complete set",
-               c.resume, static_cast<int64_t>(-range[1]), static_cast<int64_t>(range[0]), state.step);
-    mp.load(state);
-    out << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
-                       state.step);
-  }
-  const auto& b = pipe.boundaries();
-  out << fmt::format("pipeline: {} stages ({}), {} micro-batches, {}{}, layers split at [{}] (by {}){}\n", P,
-                     world->backend(), M, c.pipeline_schedule,
-                     c.virtual_stages > 1 ? fmt::format(" x {} virtual stages", c.virtual_stages) : "",
-                     fmt::join(b, ", "), c.pipeline_balance,
-                     replicas > 1 ? fmt::format(", {} data-parallel replicas", replicas) : "");
-
-  // The same order as the one-process job: a shuffled loader, or a replica's DistributedSampler.
-  data::DataLoaderOptions lo{.batch_size = c.batch_size,
-                             .shuffle = replicas == 1,
-                             .drop_last = false,
-                             .num_workers = c.workers,
-                             .seed = static_cast<uint64_t>(c.seed)};
-  int64_t rows = sets.train->size();
-  if (replicas > 1) {
-    auto sampler = std::make_shared<data::DistributedSampler>(rows, groups.replica, replicas, /*shuffle=*/true,
-                                                              static_cast<uint64_t>(c.seed));
-    rows = sampler->size();
-    lo.sampler = sampler;
-  }
+  // The same order as the one-process job; under --ddp the Trainer gives each replica its share.
   TrainResult r;
-  if (const int64_t last = rows % c.batch_size; last % M != 0) {
-    lo.drop_last = true;  // the pipeline cannot split it; say so rather than fail at the end of the epoch
+  int64_t rows = sets.train->size();
+  if (replicas > 1) rows = data::DistributedSampler(rows, 0, replicas).size();
+  const bool drop = rows % c.batch_size % M != 0;
+  if (drop) {  // the pipeline cannot split it; say so rather than fail at the end of the epoch
     r.dropped_batches = 1;
     out << fmt::format(
-        "pipeline: each epoch's last batch of {} images does not split into {} micro-batches; it "
-        "is left out\n",
-        last, M);
+        "pipeline: each epoch's last batch of {} images does not split into {} micro-batches; it is left out\n",
+        rows % c.batch_size, M);
   }
-  data::DataLoader loader(sets.train, lo);
-  const int64_t total_steps = c.epochs * loader.size();
-  optim::CosineAnnealingLR cosine(*opt, std::max<int64_t>(total_steps, 1));
+  data::DataLoader loader(sets.train, {.batch_size = c.batch_size,
+                                       .shuffle = true,
+                                       .drop_last = drop,
+                                       .num_workers = c.workers,
+                                       .seed = static_cast<uint64_t>(c.seed)});
+  data::DataLoader test(sets.test, {.batch_size = 1000});
+  auto stop = std::make_shared<StopFlags>(c, world.get());
+  trainer.add_callback(stop);
   // MFU needs the FLOPs of this rank's stage per sample: not computed for pipelines (0: none shown).
-  RunMonitor monitor(monitor_config(c), world->rank(), /*flops_per_sample=*/0, c.device.is_cuda(), out);
+  trainer.add_callback(std::make_shared<MonitorSteps>(c, world->rank(), /*flops_per_sample=*/0,
+                                                      Phase::kForwardBackward, c.batch_size * replicas, out));
   profiler::reset_peak(c.device.type);
-  const auto start = Clock::now();
-  double train_seconds = 0;
-  int64_t samples = 0, run_steps = 0;
-  StepCheckpoints checkpoints(c, world.get());  // every stage and replica stops after the same step
-  auto save = [&](int64_t epoch, int64_t batch) {
-    const auto t0 = Clock::now();
-    state.epoch = epoch;
-    state.batch = batch;
-    state.rng = default_generator().state();
-    mp.save(state);
-    // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
-    if (groups.replica == 0) dist::save_stage_checkpoint(pipe, c.save, opt.get(), state);
-    ++r.checkpoints;
-    r.checkpoint_seconds += seconds_since(t0);
-  };
-  const int64_t first_epoch = state.epoch, first_batch = state.batch;
-  const int64_t last_epoch = c.stop_after_epochs > 0 ? std::min(c.epochs, first_epoch + c.stop_after_epochs) : c.epochs;
-  for (int64_t epoch = first_epoch; epoch < last_epoch && !r.preempted; ++epoch) {
-    loader.set_epoch(epoch);
-    int64_t batch_no = epoch == first_epoch ? first_batch : 0;
-    loader.set_start_batch(batch_no);
-    EpochProgress progress(epoch, loader.size(), c.log_every, out);
-    bool stop = false;
-    monitor.step_begin();
-    for (data::Example& batch : loader) {
-      monitor.data_ready();
-      opt->zero_grad();
-      double l;
-      {
-        profiler::RecordFunction range("pipeline step");
-        amp::AutocastGuard autocast = mp.autocast();
-        l = pipe.train_step(pipe.is_first() ? batch.data : Tensor(), pipe.is_last() ? batch.target : Tensor(), ce);
-      }
-      monitor.mark(Phase::kForwardBackward);
-      l /= mp.scaler().scale();  // NaN except on the last stage
-      const double lr = c.schedule == "cosine" ? cosine.lr_at(state.step, c.lr) : c.lr;
-      {
-        profiler::RecordFunction range("optimizer");
-        opt->set_lr(lr);
-        mp.step(*opt);
-      }
-      monitor.mark(Phase::kOptimizer);
-      if (pipe.is_last()) r.step_losses.push_back(l);
-      ++state.step;
-      // The loss lives on the last stage: it comes up the pipeline only for the lines rank 0 prints.
-      double shown = std::numeric_limits<double>::quiet_NaN();  // the loss, where a line brought it up
-      progress.step(batch.target.size(0) * replicas, pipe.is_last() ? l : 0, [&](double v) {
-        return shown = pipe.from_last_stage({v}, dist::ReduceOp::kAvg)[0];
-      });
-      monitor.step_end(batch.target.size(0) * replicas, shown, lr, -1, mp.scaler().scale());
-      ++run_steps;
-      ++batch_no;
-      const StepCheckpoints::Action act = checkpoints.after_step(state.step, run_steps);
-      if (act.save) save(epoch, batch_no);
-      if ((stop = act.stop)) break;
-    }
-    train_seconds += progress.finish();
-    samples += progress.samples();
-    if (stop) {
-      world->barrier()->wait();  // every stage's file is written before any rank exits
-      r.preempted = checkpoints.preempted();
-      out << (r.preempted ? "preempted: stopped after step " : "stopped after step ") << state.step << "\n";
-      break;
-    }
-    r.epoch_train_loss.push_back(pipe.from_last_stage({progress.mean_loss()}, dist::ReduceOp::kAvg)[0]);
-    std::tie(r.test_loss, r.test_accuracy) = evaluate(pipe, *sets.test, replicas > 1 ? groups.data.get() : nullptr);
-    ++r.epochs_done;
-    progress.done(r.epoch_train_loss.back(), r.test_loss, r.test_accuracy);
-    monitor.test_metrics(r.test_loss, r.test_accuracy, state.step);
-    if (!c.save.empty()) save(epoch + 1, 0);
-  }
-  r.steps = state.step;
-  r.wall_seconds = seconds_since(start);
-  r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
-  r.skipped_steps = mp.skipped_steps();
+  const FitResult f = trainer.fit(loader, &test);
+
+  for (const EpochMetrics& e : f.epochs) r.epoch_train_loss.push_back(e.train_loss);
+  r.step_losses = f.step_losses;
+  r.test_loss = f.val_loss.value_or(0);
+  r.test_accuracy = f.val_accuracy.value_or(0);
+  r.samples_per_sec = f.samples_per_sec;
+  r.wall_seconds = f.seconds;
+  r.epochs_done = static_cast<int64_t>(f.epochs.size());
+  r.skipped_steps = f.skipped_steps;
+  r.preempted = stop->preempted();
+  r.steps = f.steps;
+  r.checkpoints = f.checkpoints;
   r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
-  r.rank = world->rank();
-  r.world_size = world->size();
+  r.rank = f.rank;
+  r.world_size = f.world_size;
   return r;
 }
 
