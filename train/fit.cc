@@ -1,5 +1,6 @@
 // train::Trainer's set-up, strategies, evaluation and checkpoints (the loop is in fit_loop.cc).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "train/callback.h"
 #include "train/distributed_checkpoint.h"
 #include "train/fit_impl.h"
+#include "train/fit_parts.h"
 #include "train/zero_checkpoint.h"
 
 namespace kiln::train {
@@ -33,11 +35,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vecto
       return std::make_unique<optim::SGD>(
           std::move(groups), optim::SGDOptions(o.lr).set_momentum(o.momentum).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adam:
-      return std::make_unique<optim::Adam>(std::move(groups),
-                                           optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0)));
+      return std::make_unique<optim::Adam>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adamw:
-      return std::make_unique<optim::AdamW>(std::move(groups),
-                                            optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0.01)));
+      return std::make_unique<optim::AdamW>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0.01)));
   }
   fail("Trainer: unknown optimizer {}", static_cast<int>(o.optimizer));
 }
@@ -56,6 +60,7 @@ void check_options(const FitOptions& o) {
   KILN_CHECK(o.threads >= 0, "Trainer: threads must be >= 0 (0: unchanged), got {}", o.threads);
   KILN_CHECK(!o.master_weights || o.precision != Precision::f32,
              "Trainer: master_weights (a 16-bit model with f32 master copies) needs precision f16 or bf16");
+  check_schedule_options(o);
   if (const auto* dp = std::get_if<DataParallel>(&o.strategy))
     KILN_CHECK(dp->zero_stage == 0 || dp->zero_stage == 1,
                "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
@@ -106,7 +111,7 @@ Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target)
 }
 
 Trainer::Impl::Impl(const FitOptions& o)
-    : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1") {}
+    : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1", o.loss_scale) {}
 
 Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(model)), options_(std::move(options)) {
   KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
@@ -134,14 +139,16 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
   m.mp.prepare_model(*model_);
   if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
   if (dp != nullptr && dp->zero_stage == 1) {
-    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        *m.ddp, [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); });
+    auto make = [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); };
+    auto z = options_.decay
+                 ? std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, fit_param_groups(options_, *model_), make)
+                 : std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, make);
     m.mp.prepare_optimizer(z->inner());         // master weights of this rank's shards only
     dist::share_found_inf(m.mp.scaler(), m.pg);  // each rank checks only its shard's gradients
     m.zero = z.get();
     opt_ = std::move(z);
   } else {
-    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    opt_ = make_optimizer(options_, fit_param_groups(options_, *model_));
     m.mp.prepare_optimizer(*opt_);
   }
 }
@@ -158,6 +165,7 @@ int Trainer::world_size() const { return impl_->world; }
 int64_t Trainer::step() const { return impl_->state.step; }
 int64_t Trainer::epoch() const { return impl_->state.epoch; }
 dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
+amp::GradScaler& Trainer::loss_scaler() { return impl_->mp.scaler(); }
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
@@ -206,6 +214,7 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          int64_t epoch, int64_t batch) {
   const std::string& path = t.options().checkpoint;
+  const auto start = std::chrono::steady_clock::now();
   m.state.epoch = epoch;
   m.state.batch = batch;
   m.state.rng = default_generator().state();
@@ -218,10 +227,11 @@ void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::sh
   else
     save_checkpoint(path, t.model(), &t.optimizer(), m.state);
   ++m.checkpoints;
+  m.checkpoint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  const std::string& path = t.options().checkpoint;
+  const std::string& path = t.options().resume_from.empty() ? t.options().checkpoint : t.options().resume_from;
   if (m.zero)
     m.state = dist::load_zero_checkpoint(path, t.model(), *m.zero);
   else if (m.pg)

@@ -25,6 +25,7 @@ struct Trainer::Impl {
   bool resumed = false;
   int rank = 0, world = 1;
   int64_t checkpoints = 0;
+  double checkpoint_seconds = 0;
   std::ostream quiet{nullptr};
 
   /// Rank 0's log (the options' stream, or nothing).

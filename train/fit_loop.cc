@@ -10,6 +10,7 @@
 #include "optim/lr_scheduler.h"
 #include "train/callback.h"
 #include "train/fit_impl.h"
+#include "train/fit_parts.h"
 #include "train/progress.h"
 
 namespace kiln::train {
@@ -37,7 +38,9 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   FitResult r;
   r.rank = m.rank;
   r.world_size = m.world;
-  if (!m.resumed && o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint))
+  const bool resume =
+      !o.resume_from.empty() || (o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint));
+  if (!m.resumed && resume)
     load_fit_checkpoint(*this, m, callbacks_);
   m.resumed = true;
 
@@ -47,6 +50,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   KILN_CHECK(batches > 0, "Trainer::fit: the training loader has no batches (data set of {} samples, batch size {})",
              loader.dataset()->size(), loader.options().batch_size);
   const int64_t steps_per_epoch = (batches + o.grad_accum - 1) / o.grad_accum;
+  position_from_step(m.state, steps_per_epoch, o.grad_accum);  // a checkpoint of another trainer
   int64_t total_steps = o.epochs * steps_per_epoch;
   if (o.max_steps > 0) total_steps = o.epochs > 0 ? std::min(total_steps, o.max_steps) : o.max_steps;
   const int64_t last_epoch = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
@@ -104,6 +108,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
                                 : optim::clip_grad_norm_(model_->parameters(), o.clip_grad_norm);
       }
       if (cosine) opt_->set_lr(cosine->lr_at(m.state.step, o.lr));
+      if (o.schedule == Schedule::warmup_cosine) opt_->set_lr(scheduled_lr(o, m.state.step, total_steps));
       step.lr = opt_->lr();
       m.mp.step(*opt_);
       step.step = ++m.state.step;
@@ -171,6 +176,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   r.skipped_steps = m.mp.skipped_steps();
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   r.checkpoints = m.checkpoints;
+  r.checkpoint_seconds = m.checkpoint_seconds;
   r.seconds = seconds_between(start, Clock::now());
   for (auto& cb : callbacks_) cb->on_train_end(*this, r);
   return r;
