@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "amp/grad_scaler.h"
+#include "core/error.h"
 #include "core/ops.h"
 #include "distributed/backend/process_group.h"
 

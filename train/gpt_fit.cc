@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "amp/autocast.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "data/text_corpus.h"
