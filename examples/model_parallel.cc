@@ -16,7 +16,6 @@
 #include "distributed/launch/exit_codes.h"
 #include "profiler/memory.h"
 #include "train/fit.h"
-#include "train/flag_callbacks.h"
 #include "train/run_monitor.h"
 #include "train/train_parts.h"
 
@@ -69,26 +68,24 @@ int main(int argc, char** argv) {
     train::Trainer trainer(models::make_cnn(),
                            {.epochs = 0, .max_steps = steps, .lr = c.lr, .log_every = c.log_every,
                             .checkpoint = c.save.empty() ? c.resume : c.save, .save_every = c.save_every,
-                            .resume = !c.resume.empty(),
+                            .resume = !c.resume.empty(), .stop_after_steps = c.stop_after_steps,
+                            .stop_after_epochs = c.stop_after_epochs, .handle_preemption = true,
                             .strategy = train::ModelParallel{.devices = {dev.first, dev.second},
                                                              .boundaries = {0, train::kCnnSplit, 10}}});
     data::DataLoader loader(sets.train,
                             {.batch_size = c.batch_size, .shuffle = true, .seed = static_cast<uint64_t>(c.seed)});
-    auto stop = std::make_shared<train::StopFlags>(c, nullptr);  // SIGTERM/SIGINT
-    trainer.add_callback(stop);
     trainer.model().eval();  // the FLOPs of one sample's forward, without touching any statistics
     const double flops = train::forward_flops([&] { trainer.model().forward(sets.train->get_batch({0}).data); });
-    trainer.add_callback(std::make_shared<train::MonitorSteps>(c, 0, flops, train::Phase::kRest, c.batch_size,
-                                                               std::cout));
+    trainer.add_callback(std::make_shared<train::RunMonitor>(train::monitor_config(c), 0, flops,
+                                                             dev.second.is_cuda(), std::cout));
     profiler::reset_peak(dev.second.type);
     const train::FitResult r = trainer.fit(loader);
-    if (stop->preempted()) std::cout << "preempted: stopped after step " << r.steps << "\n";
     const nlohmann::ordered_json line = {
         {"model", "cnn"}, {"first", dev.first.str()}, {"second", dev.second.str()}, {"steps", r.steps},
         {"batch_size", c.batch_size}, {"loss", r.step_losses.empty() ? 0.0 : r.step_losses.back()},
         {"peak_memory_bytes", profiler::memory_counters(dev.second.type).peak}};
     std::cout << line.dump() << std::endl;
-    return stop->preempted() ? dist::kExitPreempted : 0;
+    return r.preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "model_parallel: %s\n", e.what());
     return 1;

@@ -24,7 +24,9 @@ class Callback {
   /// Each micro-batch, as it arrives from the loader (before it moves to the device): the time
   /// since the previous step ended (or the epoch began) is the wait for data.
   virtual void on_batch_begin(Trainer& trainer, const data::Example& batch) {}
-  /// After the micro-batch's forward pass and loss (`loss` on the device; reading it syncs).
+  /// After the micro-batch's forward pass and loss (`loss` on the device; reading it syncs). Under
+  /// Pipeline, after the micro-batch's pipeline step (forward and backward interleave there):
+  /// its loss as a 0-dim f64 tensor on the last stage, an undefined tensor on the others.
   virtual void on_after_forward(Trainer& trainer, const Tensor& loss) {}
   /// After its backward (under DataParallel: the gradients of the step's last micro-batch are
   /// all-reduced when this runs).

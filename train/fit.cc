@@ -17,6 +17,7 @@
 #include "train/fit_impl.h"
 #include "train/fit_model_parallel.h"
 #include "train/fit_pipeline.h"
+#include "train/fit_parts.h"
 #include "train/zero_checkpoint.h"
 
 namespace kiln::train {
@@ -28,11 +29,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vecto
       return std::make_unique<optim::SGD>(
           std::move(groups), optim::SGDOptions(o.lr).set_momentum(o.momentum).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adam:
-      return std::make_unique<optim::Adam>(std::move(groups),
-                                           optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0)));
+      return std::make_unique<optim::Adam>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adamw:
-      return std::make_unique<optim::AdamW>(std::move(groups),
-                                            optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0.01)));
+      return std::make_unique<optim::AdamW>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0.01)));
   }
   fail("Trainer: unknown optimizer {}", static_cast<int>(o.optimizer));
 }
@@ -51,6 +54,7 @@ void check_options(const FitOptions& o) {
   KILN_CHECK(o.threads >= 0, "Trainer: threads must be >= 0 (0: unchanged), got {}", o.threads);
   KILN_CHECK(!o.master_weights || o.precision != Precision::f32,
              "Trainer: master_weights (a 16-bit model with f32 master copies) needs precision f16 or bf16");
+  check_schedule_options(o);
   if (const auto* dp = std::get_if<DataParallel>(&o.strategy))
     KILN_CHECK(dp->zero_stage == 0 || dp->zero_stage == 1,
                "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
@@ -125,7 +129,7 @@ double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& tar
 }
 
 Trainer::Impl::Impl(const FitOptions& o)
-    : mp(o.precision, o.master_weights ? AmpMode::o2 : AmpMode::o1) {}
+    : mp(o.precision, o.master_weights ? AmpMode::o2 : AmpMode::o1, o.loss_scale) {}
 
 Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(model)), options_(std::move(options)) {
   KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
@@ -163,14 +167,16 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
   m.mp.prepare_model(*model_);
   if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
   if (dp != nullptr && dp->zero_stage == 1) {
-    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        *m.ddp, [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); });
+    auto make = [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); };
+    auto z = options_.decay
+                 ? std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, fit_param_groups(options_, *model_), make)
+                 : std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, make);
     m.mp.prepare_optimizer(z->inner());         // master weights of this rank's shards only
     dist::share_found_inf(m.mp.scaler(), m.pg);  // each rank checks only its shard's gradients
     m.zero = z.get();
     opt_ = std::move(z);
   } else {
-    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    opt_ = make_optimizer(options_, fit_param_groups(options_, *model_));
     m.mp.prepare_optimizer(*opt_);
   }
 }
@@ -189,6 +195,7 @@ int64_t Trainer::epoch() const { return impl_->state.epoch; }
 dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
 dist::DistributedDataParallel* Trainer::ddp() const { return impl_->ddp.get(); }
 double Trainer::last_loss() const { return impl_->graphed ? impl_->graphed->last_loss() : impl_->last_loss; }
+amp::GradScaler& Trainer::loss_scaler() { return impl_->mp.scaler(); }
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
@@ -243,7 +250,9 @@ void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::sh
   m.state.rng = default_generator().state();
   m.mp.save(m.state);
   for (auto& cb : callbacks) cb->save_state(path, m.state, m.rank);
-  if (m.zero)
+  if (m.pipeline)
+    m.pipeline->write(t.optimizer(), path);  // a file per stage
+  else if (m.zero)
     dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state,
                                std::get<DataParallel>(t.options().strategy).zero_checkpoint == ZeroCheckpoint::sharded
                                    ? dist::ZeroCheckpointKind::kSharded
@@ -258,7 +267,9 @@ void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::sh
 
 void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          const std::string& path) {
-  if (m.zero)
+  if (m.pipeline)
+    m.state = m.pipeline->read(t.options(), t.optimizer(), path);
+  else if (m.zero)
     m.state = dist::load_zero_checkpoint(path, t.model(), *m.zero);
   else if (m.pg)
     m.state = dist::load_checkpoint(*m.pg, path, t.model(), &t.optimizer());

@@ -35,6 +35,9 @@ namespace kiln::dist {
 class DistributedDataParallel;
 class ProcessGroup;
 }
+namespace kiln::amp {
+class GradScaler;
+}
 
 namespace kiln::train {
 
@@ -42,8 +45,10 @@ class Callback;
 
 enum class Optimizer { sgd, adam, adamw };
 /// constant: `lr` throughout (callbacks such as ReduceLROnPlateau may change it); cosine: from
-/// `lr` down to 0 over the whole run, per optimizer step.
-enum class Schedule { constant, cosine };
+/// `lr` down to 0 over the whole run, per optimizer step; warmup_cosine: linear warm-up over
+/// FitOptions::warmup_steps, then a cosine from `lr` down to FitOptions::min_lr at the run's last
+/// step (train/fit_parts.h has the closed form).
+enum class Schedule { constant, cosine, warmup_cosine };
 /// How ZeRO-1 writes its checkpoint: one ordinary file (any run resumes it), or each rank its part
 /// of the optimizer state beside it (resumed only at the same world size; train/zero_checkpoint.h).
 enum class ZeroCheckpoint { consolidated, sharded };
@@ -167,6 +172,19 @@ struct FitOptions {
   /// Under DataParallel on CUDA each rank takes cuda:LOCAL_RANK instead.
   Device device = kCPU;
   Strategy strategy = SingleProcess{};
+
+  /// Schedule::warmup_cosine: lr * (step + 1) / warmup_steps for the first warmup_steps steps,
+  /// then the cosine down to min_lr.
+  int64_t warmup_steps = 0;
+  double min_lr = 0;
+  /// Adam and AdamW's betas.
+  double beta1 = 0.9, beta2 = 0.999;
+  /// When set, the parameters it returns false for (given their names in model().named_parameters())
+  /// form a second parameter group with weight decay 0, as GPT-2 is trained (no decay on biases,
+  /// LayerNorms and embeddings: train::gpt::weight_decayed). Empty: one group, all decayed.
+  std::function<bool(const std::string& name, const Tensor& param)> decay;
+  /// f16: the dynamic loss scale to start from.
+  double loss_scale = 65536;
 };
 
 /// Loss and accuracy over a loader (accuracy: the argmax of 2-D outputs against integer
@@ -259,6 +277,8 @@ class Trainer {
   dist::DistributedDataParallel* ddp() const;
   /// The loss of the last step (a device read under cuda_graph: call it only when needed).
   double last_loss() const;
+  /// The loss scaler of Precision::f16 (disabled otherwise): its scale and skipped steps.
+  amp::GradScaler& loss_scaler();
 
   /// The state behind the Trainer (train/fit_impl.h; not part of the API).
   struct Impl;

@@ -14,6 +14,7 @@
 #include "profiler/profiler.h"
 #include "train/callback.h"
 #include "train/fit_impl.h"
+#include "train/fit_parts.h"
 #include "train/fit_pipeline.h"
 #include "train/progress.h"
 
@@ -39,26 +40,33 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   const FitOptions& o = options_;
   std::ostream& out = m.out(o);
   stop_requested_ = false;
-  if (m.pipeline) return m.pipeline->fit(*this, callbacks_, train_loader, val);  // train/fit_pipeline.cc
   FitResult r;
   r.rank = m.rank;
   r.world_size = m.world;
+  // Under Pipeline a checkpoint is a file per stage.
+  auto exists = [&](const std::string& path) {
+    return m.pipeline ? m.pipeline->stage_files_exist(path) : std::filesystem::exists(path);
+  };
   if (!m.resumed) {
     if (!o.resume_from.empty()) {
-      KILN_CHECK(std::filesystem::exists(o.resume_from), "Trainer: resume_from '{}' does not exist", o.resume_from);
+      KILN_CHECK(exists(o.resume_from), "Trainer: resume_from '{}' does not exist", o.resume_from);
       load_fit_checkpoint(*this, m, callbacks_, o.resume_from);
-    } else if (o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint)) {
+    } else if (o.resume && !o.checkpoint.empty() && exists(o.checkpoint)) {
       load_fit_checkpoint(*this, m, callbacks_, o.checkpoint);
     }
   }
   m.resumed = true;
 
-  std::unique_ptr<data::DataLoader> shard = m.pg ? shard_loader(train_loader, m.rank, m.world) : nullptr;
+  // DataParallel: each rank its share; Pipeline: each replica its share (every stage the same batches).
+  std::unique_ptr<data::DataLoader> shard = m.pipeline ? m.pipeline->prepare_loader(o, train_loader)
+                                            : m.pg     ? shard_loader(train_loader, m.rank, m.world)
+                                                       : nullptr;
   data::DataLoader& loader = shard ? *shard : train_loader;
   const int64_t batches = loader.size();
   KILN_CHECK(batches > 0, "Trainer::fit: the training loader has no batches (data set of {} samples, batch size {})",
              loader.dataset()->size(), loader.options().batch_size);
   const int64_t steps_per_epoch = (batches + o.grad_accum - 1) / o.grad_accum;
+  position_from_step(m.state, steps_per_epoch, o.grad_accum);  // a checkpoint of another trainer
   int64_t total_steps = o.epochs * steps_per_epoch;
   if (o.max_steps > 0) total_steps = o.epochs > 0 ? std::min(total_steps, o.max_steps) : o.max_steps;
   const int64_t last_epoch = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
@@ -87,6 +95,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   std::optional<dist::PreemptionGuard> preemption;
   if (o.handle_preemption) preemption.emplace();
   const Device comm = m.pg && m.pg->backend() == "nccl" ? o.device : kCPU;
+  const int64_t replicas = m.pipeline ? m.pipeline->replicas() : m.world;  // ranks that read different data
 
   for (auto& cb : callbacks_) cb->on_train_begin(*this);
   double train_seconds = 0;
@@ -121,6 +130,15 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
           batch.target.defined() && batch.target.dim() > 0 ? batch.target.size(0) : batch.data.size(0);
       if (m.graphed) {
         m.graphed->run(batch.data, batch.target);  // the whole step; the loss stays on the device
+      } else if (m.pipeline) {
+        double loss;
+        {
+          profiler::RecordFunction range("pipeline_step");  // forward and backward, interleaved
+          loss = m.pipeline->train_step(o, batch, group_n);  // NaN but on the last stage
+        }
+        for (auto& cb : callbacks_) cb->on_after_forward(*this, std::isnan(loss) ? Tensor() : scalar_tensor(loss, dtype(kFloat64)));
+        for (auto& cb : callbacks_) cb->on_after_backward(*this);
+        group_loss += loss;
       } else {
         Tensor x = batch.data.to(o.device), y = batch.target.to(o.device);
         std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
@@ -139,24 +157,28 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
         for (auto& cb : callbacks_) cb->on_after_backward(*this);
         group_loss += loss.item<double>();
       }
-      samples += n * m.world;
-      window.samples += n * m.world;
-      group_samples += n * m.world;
+      samples += n * replicas;
+      window.samples += n * replicas;
+      group_samples += n * replicas;
       ++b;
       if (++in_group < group_n) continue;
       in_group = 0;
 
+      const double mean_loss = group_loss / static_cast<double>(group_n);
       StepMetrics step{.epoch = epoch,
-                       .loss = m.graphed ? std::numeric_limits<double>::quiet_NaN()
-                                         : group_loss / static_cast<double>(group_n),
+                       .loss = m.graphed    ? std::numeric_limits<double>::quiet_NaN()
+                               : m.pipeline ? m.pipeline->step_loss(mean_loss)
+                                            : mean_loss,
                        .samples = group_samples};
       if (!m.graphed) {
         if (o.clip_grad_norm > 0) {
           if (m.mp.scaler().is_enabled()) m.mp.scaler().unscale_(*opt_);  // clip the true gradients
-          step.grad_norm = m.zero ? m.zero->clip_grad_norm_(o.clip_grad_norm)
-                                  : optim::clip_grad_norm_(model_->parameters(), o.clip_grad_norm);
+          step.grad_norm = m.pipeline ? m.pipeline->clip_grad_norm(o.clip_grad_norm)
+                           : m.zero   ? m.zero->clip_grad_norm_(o.clip_grad_norm)
+                                      : optim::clip_grad_norm_(model_->parameters(), o.clip_grad_norm);
         }
         if (cosine) opt_->set_lr(cosine->lr_at(m.state.step, o.lr));
+        if (o.schedule == Schedule::warmup_cosine) opt_->set_lr(scheduled_lr(o, m.state.step, total_steps));
         for (auto& cb : callbacks_) cb->on_before_optimizer_step(*this);
         profiler::RecordFunction range("optimizer");
         m.mp.step(*opt_);
@@ -197,12 +219,13 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
     const double epoch_seconds = seconds_between(epoch_start, Clock::now());
     train_seconds += epoch_seconds;
     if (b < batches) {  // stopped inside the epoch
+      if (m.pipeline) m.pg->barrier()->wait();  // every stage's file is written before any rank leaves
       tell_stop();
       break;
     }
     EpochMetrics em{.epoch = epoch, .train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1)),
                     .seconds = epoch_seconds};
-    if (m.pg) {
+    if (m.pg && !m.pipeline) {  // a pipeline's step losses are already every rank's
       Tensor l = tensor({em.train_loss}, dtype(kFloat64));
       m.pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
       em.train_loss = l.item<double>();

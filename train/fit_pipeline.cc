@@ -1,6 +1,6 @@
-// train::Trainer under Pipeline (see fit_pipeline.h): the same epochs, grouping into optimizer
-// steps, schedule, callbacks, progress lines and checkpoint positions as fit_loop.cc, with each
-// loader batch run by dist::Pipeline::train_step and the loss read on the last stage.
+// train::Trainer under Pipeline (see fit_pipeline.h): the stages' parts of the Trainer's one loop
+// (fit_loop.cc): each loader batch run by dist::Pipeline::train_step, the loss read on the last
+// stage, clipping over all stages, a checkpoint file per stage, evaluation through the stages.
 #include "train/fit_pipeline.h"
 
 #include <fmt/ranges.h>
@@ -10,23 +10,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "distributed/backend/init.h"
 #include "distributed/backend/job_env.h"
 #include "distributed/data_parallel/clip_grad_norm.h"
 #include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/pipeline/pipeline_balance.h"
-#include "optim/lr_scheduler.h"
-#include "train/callback.h"
 #include "train/pipeline_checkpoint.h"
-#include "train/progress.h"
 
 namespace kiln::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 dist::Schedule dist_schedule(PipelineSchedule s) {
   switch (s) {
@@ -92,13 +86,6 @@ class SliceSampler : public data::Sampler {
 
  private:
   std::vector<int64_t> indices_;
-};
-
-/// The interval between two progress lines.
-struct Window {
-  Clock::time_point start = Clock::now();
-  double loss_sum = 0;
-  int64_t steps = 0, samples = 0;
 };
 
 }  // namespace
@@ -185,37 +172,24 @@ bool PipelineRun::stage_files_exist(const std::string& path) const {
   return missing.empty();
 }
 
-void PipelineRun::save(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t epoch,
-                       int64_t batch) {
-  const std::string& path = t.options().checkpoint;
-  m_.state.epoch = epoch;
-  m_.state.batch = batch;
-  m_.state.rng = default_generator().state();
-  m_.mp.save(m_.state);
-  for (auto& cb : callbacks) cb->save_state(path, m_.state, m_.rank);
+void PipelineRun::write(optim::Optimizer& opt, const std::string& path) {
   // One file per stage ("run.stage1-of-2.safetensors"), written by the first replica only.
-  if (replica_ == 0) dist::save_stage_checkpoint(*pipe_, path, &t.optimizer(), m_.state);
-  ++m_.checkpoints;
+  if (replica_ == 0) dist::save_stage_checkpoint(*pipe_, path, &opt, m_.state);
 }
 
-void PipelineRun::load(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  const std::string& path = t.options().checkpoint;
-  m_.state = dist::load_stage_checkpoint(*pipe_, path, &t.optimizer());  // every replica reads the first's
+TrainingState PipelineRun::read(const FitOptions& o, optim::Optimizer& opt, const std::string& path) {
+  TrainingState state = dist::load_stage_checkpoint(*pipe_, path, &opt);  // every replica reads the first's
   // Each stage writes its own file: a job killed while they saved can leave them at different
   // steps, and resuming from such a set would train a model no run ever had.
-  const Device comm = m_.pg->backend() == "nccl" ? t.options().device : kCPU;
-  Tensor steps =
-      tensor({static_cast<double>(m_.state.step), -static_cast<double>(m_.state.step)}, dtype(kFloat64)).to(comm);
+  const Device comm = m_.pg->backend() == "nccl" ? o.device : kCPU;
+  Tensor steps = tensor({static_cast<double>(state.step), -static_cast<double>(state.step)}, dtype(kFloat64)).to(comm);
   m_.pg->allreduce(steps, dist::ReduceOp::kMax)->wait();
   const auto range = steps.to(kCPU).to_vector<double>();
   KILN_CHECK(range[0] == -range[1],
              "Trainer: Pipeline: resuming {}: the stage files hold different steps (from {} to {}; this stage's is "
              "{}): the run was stopped while its stages saved; resume from a complete set",
-             path, static_cast<int64_t>(-range[1]), static_cast<int64_t>(range[0]), m_.state.step);
-  m_.mp.load(m_.state);
-  for (auto& cb : callbacks) cb->load_state(path, m_.state);
-  m_.out(t.options()) << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", path, m_.state.epoch,
-                                     m_.state.batch, m_.state.step);
+             path, static_cast<int64_t>(-range[1]), static_cast<int64_t>(range[0]), state.step);
+  return state;
 }
 
 EvalMetrics PipelineRun::evaluate(Trainer& t, data::DataLoader& loader) {
@@ -262,26 +236,12 @@ EvalMetrics PipelineRun::evaluate(Trainer& t, data::DataLoader& loader) {
   return r;
 }
 
-FitResult PipelineRun::fit(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks,
-                           data::DataLoader& train_loader, data::DataLoader* val) {
-  const auto start = Clock::now();
-  Trainer::Impl& m = m_;
-  const FitOptions& o = t.options();
+std::unique_ptr<data::DataLoader> PipelineRun::prepare_loader(const FitOptions& o, data::DataLoader& train) {
   const Pipeline& p = std::get<Pipeline>(o.strategy);
-  optim::Optimizer& opt = t.optimizer();
-  std::ostream& out = m.out(o);
-  FitResult r;
-  r.rank = m.rank;
-  r.world_size = m.world;
-  if (!m.resumed && o.resume && !o.checkpoint.empty() && stage_files_exist(o.checkpoint)) load(t, callbacks);
-  m.resumed = true;
-
   // Every rank of a pipeline reads the same batches; each replica its share of the data set.
-  std::unique_ptr<data::DataLoader> shard = replicas_ > 1 ? shard_loader(train_loader, replica_, replicas_) : nullptr;
-  data::DataLoader& loader = shard ? *shard : train_loader;
-  const int64_t batches = loader.size(), batch_size = loader.options().batch_size;
-  KILN_CHECK(batches > 0, "Trainer::fit: the training loader has no batches (data set of {} samples, batch size {})",
-             loader.dataset()->size(), batch_size);
+  std::unique_ptr<data::DataLoader> shard = replicas_ > 1 ? shard_loader(train, replica_, replicas_) : nullptr;
+  const data::DataLoader& loader = shard ? *shard : train;
+  const int64_t batch_size = loader.options().batch_size;
   KILN_CHECK(batch_size % p.micro_batches == 0,
              "Trainer: Pipeline: the training loader's batch size {} does not split into {} micro-batches (make it a "
              "multiple)",
@@ -291,132 +251,30 @@ FitResult PipelineRun::fit(Trainer& t, const std::vector<std::shared_ptr<Callbac
              "Trainer: Pipeline: each epoch's last batch of {} samples does not split into {} micro-batches; give the "
              "loader drop_last, or a data set size that splits",
              last, p.micro_batches);
-  const int64_t steps_per_epoch = (batches + o.grad_accum - 1) / o.grad_accum;
-  int64_t total_steps = o.epochs * steps_per_epoch;
-  if (o.max_steps > 0) total_steps = o.epochs > 0 ? std::min(total_steps, o.max_steps) : o.max_steps;
-  const int64_t last_epoch = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-  std::unique_ptr<optim::CosineAnnealingLR> cosine;
-  if (o.schedule == Schedule::cosine)
-    cosine = std::make_unique<optim::CosineAnnealingLR>(opt, std::max<int64_t>(total_steps, 1));
+  return shard;
+}
 
-  for (auto& cb : callbacks) cb->on_train_begin(t);
-  double train_seconds = 0;
-  int64_t samples = 0, run_steps = 0;
-  const auto train_start = Clock::now();
-  const int64_t first_epoch = m.state.epoch;
-  bool stop = t.stop_requested() || m.state.step >= total_steps;
-  for (int64_t epoch = first_epoch; epoch < last_epoch && !stop; ++epoch) {
-    const int64_t first_batch = epoch == first_epoch ? m.state.batch : 0;
-    m.state.epoch = epoch;
-    loader.set_epoch(epoch);
-    loader.set_start_batch(first_batch);
-    stage_->train();
-    const auto epoch_start = Clock::now();
-    int64_t b = first_batch, in_group = 0, group_n = 0, epoch_steps = 0;
-    double group_loss = 0, epoch_loss = 0;
-    Window window;
-    for (data::Example& batch : loader) {
-      if (in_group == 0) {
-        group_n = std::min(o.grad_accum, batches - b);
-        opt.zero_grad();
-        group_loss = 0;
-      }
-      const double scale = m.mp.scaler().scale() * (group_n > 1 ? 1.0 / static_cast<double>(group_n) : 1.0);
-      const dist::PipelineLoss loss = [&](const Tensor& output, const Tensor& target) {
-        Tensor l = fit_loss(o, output, target);
-        return m.mp.scaler().scale(group_n > 1 ? l / static_cast<double>(group_n) : l);
-      };
-      double l;
-      {
-        amp::AutocastGuard autocast = m.mp.autocast();
-        l = pipe_->train_step(pipe_->is_first() ? batch.data : Tensor(), pipe_->is_last() ? batch.target : Tensor(),
-                              loss);
-      }
-      if (pipe_->is_last()) group_loss += l / scale;  // NaN elsewhere
-      const int64_t n = batch.target.defined() && batch.target.dim() > 0 ? batch.target.size(0) : batch.data.size(0);
-      samples += n * replicas_;
-      window.samples += n * replicas_;
-      ++b;
-      if (++in_group < group_n) continue;
-      in_group = 0;
+double PipelineRun::train_step(const FitOptions& o, const data::Example& batch, int64_t group_n) {
+  const double scale = m_.mp.scaler().scale() * (group_n > 1 ? 1.0 / static_cast<double>(group_n) : 1.0);
+  const dist::PipelineLoss loss = [&](const Tensor& output, const Tensor& target) {
+    Tensor l = fit_loss(o, output, target);
+    return m_.mp.scaler().scale(group_n > 1 ? l / static_cast<double>(group_n) : l);
+  };
+  amp::AutocastGuard autocast = m_.mp.autocast();
+  const double l = pipe_->train_step(pipe_->is_first() ? batch.data : Tensor(),
+                                     pipe_->is_last() ? batch.target : Tensor(), loss);
+  return pipe_->is_last() ? l / scale : std::numeric_limits<double>::quiet_NaN();
+}
 
-      // The loss lives on the last stage: every rank gets it (averaged over the replicas), so
-      // every rank's callbacks see the same step.
-      const double mine = pipe_->is_last() ? group_loss / static_cast<double>(group_n) : 0;
-      StepMetrics step{.epoch = epoch, .loss = pipe_->from_last_stage({mine}, dist::ReduceOp::kAvg)[0]};
-      if (o.clip_grad_norm > 0) {
-        if (m.mp.scaler().is_enabled()) m.mp.scaler().unscale_(opt);  // clip the true gradients
-        // Over every stage (the replicas hold the same averaged gradients).
-        step.grad_norm = dist::clip_grad_norm_(pipe_->parameters(), o.clip_grad_norm, pipe_->process_group());
-      }
-      if (cosine) opt.set_lr(cosine->lr_at(m.state.step, o.lr));
-      step.lr = opt.lr();
-      m.mp.step(opt);
-      step.step = ++m.state.step;
-      ++run_steps;
-      ++epoch_steps;
-      epoch_loss += step.loss;
-      r.step_losses.push_back(step.loss);
-      window.loss_sum += step.loss;
-      ++window.steps;
-      for (auto& cb : callbacks) cb->on_step_end(t, step);
-      if (o.log_every > 0 && m.state.step % o.log_every == 0) {
-        const auto now = Clock::now();
-        const double rate = static_cast<double>(window.samples) / seconds_between(window.start, now);
-        out << progress_line({.step = m.state.step, .total_steps = total_steps, .epoch = epoch + 1,
-                              .epochs = last_epoch, .loss = window.loss_sum / static_cast<double>(window.steps),
-                              .samples_per_sec = rate, .elapsed_s = seconds_between(train_start, now),
-                              .run_steps = run_steps})
-            << "\n" << std::flush;
-        window = Window{};
-      }
-      stop = t.stop_requested() || m.state.step >= total_steps;
-      const bool mid_epoch = b < batches;  // the epoch's end saves the epoch's last step
-      if (!o.checkpoint.empty() && mid_epoch && (stop || (o.save_every > 0 && m.state.step % o.save_every == 0)))
-        save(t, callbacks, epoch, b);
-      m.state.batch = b;
-      if (stop) break;
-    }
-    const double epoch_seconds = seconds_between(epoch_start, Clock::now());
-    train_seconds += epoch_seconds;
-    if (b < batches) {  // stopped inside the epoch: every stage's file is written before any rank leaves
-      m.pg->barrier()->wait();
-      out << "stopped after step " << m.state.step << (o.checkpoint.empty() ? "" : ", saved to " + o.checkpoint)
-          << "\n";
-      break;
-    }
-    EpochMetrics em{.epoch = epoch, .train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1)),
-                    .seconds = epoch_seconds};
-    if (val != nullptr) {
-      for (auto& cb : callbacks) cb->on_validation_begin(t);
-      const EvalMetrics ev = evaluate(t, *val);
-      for (auto& cb : callbacks) cb->on_validation_end(t);
-      em.val_loss = r.val_loss = ev.loss;
-      em.val_accuracy = r.val_accuracy = ev.accuracy;
-    }
-    em.lr = opt.lr();
-    out << fmt::format("epoch {}/{} done: train_loss {:.4f}", epoch + 1, last_epoch, em.train_loss);
-    if (em.val_loss) out << fmt::format(" val_loss {:.4f}", *em.val_loss);
-    if (em.val_accuracy) out << fmt::format(" val_accuracy {:.4f}", *em.val_accuracy);
-    out << fmt::format(" ({:.0f} samples/s)\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9))
-        << std::flush;
-    for (auto& cb : callbacks) cb->on_epoch_end(t, em);
-    r.epochs.push_back(em);
-    m.state.epoch = epoch + 1;
-    m.state.batch = 0;
-    if (!o.checkpoint.empty()) save(t, callbacks, epoch + 1, 0);
-    stop = stop || t.stop_requested();
-    if (t.stop_requested()) out << "stopped after epoch " << epoch + 1 << " (requested by a callback)\n";
-  }
-  r.steps = m.state.step;
-  r.epochs_done = m.state.epoch;
-  r.stopped_early = m.state.step < total_steps;
-  r.skipped_steps = m.mp.skipped_steps();
-  r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
-  r.checkpoints = m.checkpoints;
-  r.seconds = seconds_between(start, Clock::now());
-  for (auto& cb : callbacks) cb->on_train_end(t, r);
-  return r;
+double PipelineRun::step_loss(double mine) {
+  // The loss lives on the last stage: every rank gets it (averaged over the replicas), so every
+  // rank's callbacks see the same step.
+  return pipe_->from_last_stage({pipe_->is_last() ? mine : 0.0}, dist::ReduceOp::kAvg)[0];
+}
+
+double PipelineRun::clip_grad_norm(double max_norm) {
+  // Over every stage (the replicas hold the same averaged gradients).
+  return dist::clip_grad_norm_(pipe_->parameters(), max_norm, pipe_->process_group());
 }
 
 }  // namespace kiln::train

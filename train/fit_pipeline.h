@@ -1,8 +1,8 @@
 // The Trainer's Pipeline strategy (train/fit.h): the Sequential cut into stages over the ranks
-// (dist::Pipeline), its own loop of pipeline steps with the Trainer's options, callbacks, progress
-// lines and one checkpoint file per stage, and evaluation through the stages. The metrics come
-// from the last stage to every rank, so all ranks' callbacks decide alike. Not a public header:
-// Trainer's constructor, fit() and evaluate() hand over to it.
+// (dist::Pipeline), the stages' parts of the Trainer's one loop (the step, its loss, clipping, one
+// checkpoint file per stage) and evaluation through the stages. The metrics come from the last
+// stage to every rank, so all ranks' callbacks decide alike. Not a public header: Trainer's
+// constructor, fit() and evaluate() call it.
 #pragma once
 
 #include <memory>
@@ -26,16 +26,31 @@ class PipelineRun {
   nn::ModulePtr<> stage_module() const { return stage_; }
   dist::Pipeline& pipeline() { return *pipe_; }
 
-  FitResult fit(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks, data::DataLoader& train,
-                data::DataLoader* val);
+  // The stages' parts of the Trainer's loop (train/fit_loop.cc).
+
+  /// This replica's share of the training loader (null: the loader itself, one replica), after
+  /// checking that its batches split into the micro-batches.
+  std::unique_ptr<data::DataLoader> prepare_loader(const FitOptions& o, data::DataLoader& train);
+  /// One loader batch through the stages (forward and backward interleaved by the schedule, the
+  /// gradients divided by `group_n` and loss-scaled as the one-process loop does); its unscaled
+  /// mean loss on the last stage, NaN on the others.
+  double train_step(const FitOptions& o, const data::Example& batch, int64_t group_n);
+  /// The last stage's step loss on every rank (averaged over the replicas).
+  double step_loss(double mine);
+  /// Clips the gradient's L2 norm over every stage; returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+  /// Data-parallel replicas of the pipeline (1 without Pipeline::data_parallel).
+  int replicas() const { return replicas_; }
+
+  /// True when every stage's file of `path` exists (a partial set throws, naming the missing one).
+  bool stage_files_exist(const std::string& path) const;
+  /// Writes this stage's file of the checkpoint at m's state (the first replica only); reads it
+  /// back, refusing a set whose stages hold different steps.
+  void write(optim::Optimizer& opt, const std::string& path);
+  TrainingState read(const FitOptions& o, optim::Optimizer& opt, const std::string& path);
   EvalMetrics evaluate(Trainer& t, data::DataLoader& loader);
 
  private:
-  /// True when every stage's file of `path` exists (a partial set throws, naming the missing one).
-  bool stage_files_exist(const std::string& path) const;
-  void save(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t epoch, int64_t batch);
-  void load(Trainer& t, const std::vector<std::shared_ptr<Callback>>& callbacks);
-
   Trainer::Impl& m_;
   std::unique_ptr<dist::Pipeline> pipe_;
   nn::ModulePtr<> stage_;  // pipe_'s stage module, not owned

@@ -196,7 +196,10 @@ void RunMonitor::on_batch_begin(Trainer&, const data::Example&) {
   data_ready();
 }
 
-void RunMonitor::on_after_forward(Trainer&, const Tensor&) { mark(Phase::kForward); }
+void RunMonitor::on_after_forward(Trainer& trainer, const Tensor&) {
+  // A pipeline step runs forward and backward interleaved: one phase.
+  mark(std::holds_alternative<Pipeline>(trainer.options().strategy) ? Phase::kForwardBackward : Phase::kForward);
+}
 
 void RunMonitor::on_after_backward(Trainer&) { mark(Phase::kBackward); }
 

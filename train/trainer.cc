@@ -1,5 +1,6 @@
-// The main job through train::Trainer (see trainer.h): the flags become FitOptions, the run
-// monitor and the progress lines become callbacks, Fashion-MNIST becomes two loaders.
+// The main job through train::Trainer (see trainer.h): the flags become FitOptions and a strategy
+// (one process, DDP, ZeRO-1, pipeline), the run monitor and the progress lines become callbacks,
+// Fashion-MNIST becomes two loaders.
 #include "train/trainer.h"
 
 #include <cstdlib>
@@ -26,7 +27,7 @@
 namespace kiln::train {
 namespace {
 
-/// --ddp: the ranks of the launcher, srun or mpirun; traced (the flight recorder keeps the last
+/// --ddp and --pipeline-stages: the ranks of the launcher, srun or mpirun; traced (the flight recorder keeps the last
 /// collectives, and a profiled run draws them on each rank's communication track) on a clock
 /// aligned here.
 std::shared_ptr<dist::ProcessGroup> join_process_group(const TrainConfig& c) {
@@ -41,7 +42,8 @@ std::shared_ptr<dist::ProcessGroup> join_process_group(const TrainConfig& c) {
   return pg;
 }
 
-FitOptions fit_options(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> pg, std::ostream& log) {
+FitOptions fit_options(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> pg, const data::Dataset& train,
+                       std::ostream& log) {
   FitOptions o;
   o.epochs = c.epochs;
   o.optimizer = c.optimizer;
@@ -61,7 +63,9 @@ FitOptions fit_options(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup>
   o.handle_preemption = true;
   o.cuda_graph = c.cuda_graph;
   o.device = c.device;
-  if (pg)
+  if (c.pipeline_stages > 1)
+    o.strategy = pipeline_strategy(c, std::move(pg), train);  // one stage per rank (x replicas with --ddp)
+  else if (pg)
     o.strategy = DataParallel{.zero_stage = c.zero, .zero_checkpoint = c.zero_checkpoint, .timeout_s = c.timeout_s,
                               .group = std::move(pg)};
   return o;
@@ -70,7 +74,7 @@ FitOptions fit_options(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup>
 /// The data-parallel banners: ranks, buckets, the all-reduce path and ZeRO-1's sharding.
 void announce_data_parallel(Trainer& trainer, const TrainConfig& c, std::ostream& out) {
   dist::ProcessGroup* pg = trainer.process_group();
-  if (pg == nullptr) return;
+  if (trainer.ddp() == nullptr) return;  // one process, or a pipeline (it has its own banner)
   out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", pg->size(),
                      pg->backend(), trainer.ddp()->bucket_names().size(), c.batch_size);
   dist::ProcessGroup* backend = pg;  // the group under the flight recorder's wrapper
@@ -81,41 +85,64 @@ void announce_data_parallel(Trainer& trainer, const TrainConfig& c, std::ostream
                        z->reducer().buckets().size(), pg->size());
 }
 
-/// One process, --ddp or --zero 1, through the Trainer.
-TrainResult train_with_trainer(TrainConfig c, std::ostream& log) {
+}  // namespace
+
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  if (const std::string problem = cuda_graph_problem(config); !problem.empty()) fail("{}", problem);
+  KILN_CHECK(config.zero == 0 || config.pipeline_stages == 1,
+             "--zero 1 is for data parallel alone, not with --pipeline-stages {}", config.pipeline_stages);
+  KILN_CHECK(config.pipeline_stages == 1 || models::is_sequential_model(config.model),
+             "--pipeline-stages {} splits a Sequential model into stages (mlp, cnn); --model {} is not one: "
+             "train it in one process or with --ddp",
+             config.pipeline_stages, config.model);
+  TrainConfig c = config;
   profiler::track_memory();  // first: the peak counts every tensor of the run
   const MixedPrecision mp(c.amp, c.amp_mode);  // refuses o2 without f16/bf16, naming both
   KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
   KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
-  if (c.ddp) c.device = rank_device(c, "--ddp");
+  const bool pipelined = c.pipeline_stages > 1;
+  if (pipelined) check_pipeline_launch(c);
+  if (c.ddp || pipelined) c.device = rank_device(c, pipelined ? "--pipeline-stages" : "--ddp");
   if (c.threads > 0) set_num_threads(c.threads);
   const Datasets sets = load_datasets(c);
   manual_seed(static_cast<uint64_t>(c.seed));
   nn::ModulePtr<> model = models::build_model(c.model, {.dropout = c.dropout, .width = c.width});
-  std::shared_ptr<dist::ProcessGroup> pg = c.ddp ? join_process_group(c) : nullptr;
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  std::shared_ptr<dist::ProcessGroup> pg = c.ddp || pipelined ? join_process_group(c) : nullptr;
+  const int rank = pg ? pg->rank() : 0;
+  // Ranks that read different data: all of them, or a pipeline's replicas.
+  const int replicas = pg ? pg->size() / c.pipeline_stages : 1;
   std::ostream quiet(nullptr);
   std::ostream& out = rank == 0 ? log : quiet;  // only rank 0 speaks
-  Trainer trainer(model, fit_options(c, pg, log));
+  Trainer trainer(model, fit_options(c, pg, *sets.train, log));
   announce_data_parallel(trainer, c, out);
+  const int64_t rows = data::DistributedSampler(sets.train->size(), 0, replicas, true, c.seed).size();
+  const bool drop_last = pipelined && pipeline_drops_last_batch(c, rows);
+  if (drop_last)  // the pipeline cannot split it; say so rather than fail at the end of the epoch
+    out << fmt::format(
+        "pipeline: each epoch's last batch of {} images does not split into {} micro-batches; it is left out\n",
+        rows % c.batch_size, c.micro_batches);
 
-  // The loaders: shuffled by the seed (under --ddp the Trainer gives each rank its
-  // DistributedSampler share); the test set in fixed batches of 1000.
-  data::DataLoader train_loader(sets.train, {.batch_size = c.batch_size, .shuffle = true, .drop_last = false,
+  // The loaders: shuffled by the seed (under --ddp the Trainer gives each rank, or each pipeline
+  // replica, its DistributedSampler share); the test set in fixed batches of 1000.
+  data::DataLoader train_loader(sets.train, {.batch_size = c.batch_size, .shuffle = true, .drop_last = drop_last,
                                              .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)});
   data::DataLoader test_loader(sets.test, {.batch_size = 1000, .shuffle = false});
-  const int64_t rows = data::DistributedSampler(sets.train->size(), rank, world, true, c.seed).size();
-  auto epoch_log = std::make_shared<EpochLog>((rows + c.batch_size - 1) / c.batch_size, c.log_every, out);
+  auto epoch_log = std::make_shared<EpochLog>(drop_last ? rows / c.batch_size : (rows + c.batch_size - 1) / c.batch_size,
+                                              c.log_every, out);
 
   // FLOPs of one sample's forward, counted by the profiler's kernel hooks; in eval mode, so that
-  // BatchNorm's running statistics are not moved by this sample.
+  // BatchNorm's running statistics are not moved by this sample. Not for a pipeline's stage
+  // (0: no MFU shown).
   nn::Module& net = trainer.model();
-  net.eval();
-  const double flops = forward_flops([&] {
-    amp::AutocastGuard autocast = mp.autocast();
-    net.forward(sets.train->get_batch({0}).data.to(c.device));
-  });
-  net.train();
+  double flops = 0;
+  if (!pipelined) {
+    net.eval();
+    flops = forward_flops([&] {
+      amp::AutocastGuard autocast = mp.autocast();
+      net.forward(sets.train->get_batch({0}).data.to(c.device));
+    });
+    net.train();
+  }
   auto monitor = std::make_shared<RunMonitor>(monitor_config(c), rank, flops, c.device.is_cuda(), out);
   trainer.add_callback(epoch_log);  // first: its line precedes the monitor's breakdown
   trainer.add_callback(monitor);
@@ -138,12 +165,11 @@ TrainResult train_with_trainer(TrainConfig c, std::ostream& log) {
   r.steps = f.steps;
   r.checkpoints = f.checkpoints;
   r.checkpoint_seconds = f.checkpoint_seconds;
+  r.dropped_batches = drop_last ? 1 : 0;
   r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
   r.mfu = monitor->mfu();
   return r;
 }
-
-}  // namespace
 
 std::string cuda_graph_problem(const TrainConfig& c) {
   if (!c.cuda_graph) return {};
@@ -170,18 +196,6 @@ std::string cuda_graph_problem(const TrainConfig& c) {
   if (!c.profile_dir.empty())
     return "--cuda-graph: --profile times each kernel with events, which cannot be recorded inside a graph";
   return {};
-}
-
-TrainResult train(const TrainConfig& config, std::ostream& log) {
-  if (const std::string problem = cuda_graph_problem(config); !problem.empty()) fail("{}", problem);
-  KILN_CHECK(config.zero == 0 || config.pipeline_stages == 1,
-             "--zero 1 is for data parallel alone, not with --pipeline-stages {}", config.pipeline_stages);
-  KILN_CHECK(config.pipeline_stages == 1 || models::is_sequential_model(config.model),
-             "--pipeline-stages {} splits a Sequential model into stages (mlp, cnn); --model {} is not one: "
-             "train it in one process or with --ddp",
-             config.pipeline_stages, config.model);
-  if (config.pipeline_stages > 1) return train_pipeline(config, log);
-  return train_with_trainer(config, log);
 }
 
 MonitorConfig monitor_config(const TrainConfig& c) {

@@ -1,13 +1,12 @@
 // The main job (//examples:mnist, //examples:resnet) as one call: the flags' settings in
 // TrainConfig (typed: the flag parser converts the names once, with the tables below), turned into
-// train::Trainer options, callbacks and loaders (train/fit.h) and trained there; the pipeline
-// (--pipeline-stages) still runs its own loop (train/pipeline_trainer.h).
+// train::Trainer options, a strategy (one process, --ddp, --zero 1, --pipeline-stages with
+// train/pipeline_trainer.h's flags), callbacks and loaders (train/fit.h), and trained there.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,10 +36,6 @@ const std::string& name_of(const NameTable<E>& table, E value) {
     if (v == value) return name;
   fail("name_of: value {} is not in the table", static_cast<int>(value));
 }
-
-/// Transitional, for train/pipeline_trainer.cc (which compares `c.schedule == "cosine"`) until
-/// the pipeline runs through the Trainer too; remove with it.
-inline bool operator==(Schedule s, std::string_view name) { return name_of(kScheduleNames, s) == name; }
 
 struct TrainConfig {
   /// "mlp", "cnn" or "resnet18" (models/build_model.h; ResNet-18 gets the images padded to 32x32).
@@ -151,9 +146,10 @@ MonitorConfig monitor_config(const TrainConfig& c);
 /// the flags.
 std::string cuda_graph_problem(const TrainConfig& c);
 
-/// Trains as configured, writing progress lines to `log`: one process, --ddp and --zero 1 through
-/// train::Trainer; --pipeline-stages through train_pipeline. Throws kiln::Error on bad data or
-/// checkpoints.
+/// Trains as configured through train::Trainer, writing progress lines to `log`: one process,
+/// --ddp, --zero 1, or --pipeline-stages (one checkpoint file per stage; --resume X --save Y
+/// continues from X's stage files and writes Y's). Throws kiln::Error on bad data, checkpoints or
+/// a launch that does not fit the flags.
 TrainResult train(const TrainConfig& config, std::ostream& log);
 
 /// The closing JSON line: model, device, epochs, train_loss, test_accuracy, samples_per_sec, ...
