@@ -1,5 +1,7 @@
 // Trains a GPT-2-style model on bytes of English text (Debian's `fortunes` by default), printing a
 // progress line per step, the validation loss every --eval-every steps, a sample and one JSON line.
+// One process, --ddp and --zero 1 run on train::Trainer (train/gpt_fit.h: the recipe's options,
+// data and callbacks); pipelines, --tp and --zero 2|3 on their own trainers (train/gpt_trainer.h).
 //   tools/bazel run //examples:gpt -- --model d6 --max-steps 200
 #include <cstdio>
 #include <iostream>

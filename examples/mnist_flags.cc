@@ -2,12 +2,32 @@
 #include "examples/mnist_flags.h"
 
 #include "core/matmul_precision.h"
-#include "train/graph_step.h"
 #include "models/build_model.h"
 #include "models/mlp_cnn.h"
 #include "examples/pipeline_flags.h"
 
 namespace kiln::examples {
+namespace {
+
+/// A flag whose value is one of `table`'s names, stored in `dest` as its enum value: the one place
+/// the main job turns a name into a setting.
+template <class E>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& dest, const train::NameTable<E>& table,
+                        const std::string& help) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.push_back(entry.first);
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&dest, &table](const std::string& name) {
+            for (const auto& [n, value] : table)
+              if (n == name) dest = value;
+          },
+          help)
+      ->check(cli::one_of(std::move(names)));
+}
+
+}  // namespace
 
 void MnistFlags::declare(CLI::App& app) {
   app.add_option("--model", c.model, "model to train (resnet18: ResNet-18 on the images padded to 32x32)")
@@ -18,10 +38,9 @@ void MnistFlags::declare(CLI::App& app) {
   app.add_option("--batch-size", c.batch_size, "batch size")->check(cli::range<int64_t>(1, 1 << 20));
   lr = app.add_option("--lr", c.lr, fmt::format("learning rate (default {} for sgd, 1e-3 for adam/adamw)", sgd_lr))
            ->check(cli::range(0.0, 100.0));
-  app.add_option("--optimizer", c.optimizer, "optimizer (sgd: with momentum 0.9)")
-      ->check(cli::one_of({"sgd", "adam", "adamw"}));
-  app.add_option("--schedule", c.schedule, "learning-rate schedule over the run (cosine: per step)")
-      ->check(cli::one_of({"cosine", "constant"}));
+  add_choice(app, "--optimizer", c.optimizer, train::kOptimizerNames, "optimizer (sgd: with momentum 0.9)");
+  add_choice(app, "--schedule", c.schedule, train::kScheduleNames,
+             "learning-rate schedule over the run (cosine: per step)");
   app.add_option("--seed", c.seed, "seed for init and data order")->check(cli::range<int64_t>(0, INT64_MAX));
   app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(cli::range(0, 1024));
   app.add_option("--device", device, "cpu|cuda|cuda:N (default: the best present)")
@@ -51,17 +70,16 @@ void MnistFlags::declare(CLI::App& app) {
       ->check(cli::range<int64_t>(1, INT64_MAX));
   app.add_option("--workers", c.workers, "data loader worker threads (0: batches gathered inline)")
       ->check(cli::range(0, 64));
-  app.add_option("--amp", c.amp, "mixed precision")->check(cli::one_of({"none", "f16", "bf16"}));
-  app.add_option("--amp-mode", c.amp_mode, "o1: f32 model under autocast; o2: the model in f16/bf16")
-      ->check(cli::one_of({"o1", "o2"}));
+  add_choice(app, "--amp", c.amp, train::kAmpNames, "mixed precision");
+  add_choice(app, "--amp-mode", c.amp_mode, train::kAmpModeNames,
+             "o1: f32 model under autocast; o2: the model in f16/bf16");
   app.add_option("--matmul-precision", matmul_precision, "f32 GEMMs on GPUs: highest (full f32) or high (TF32)")
       ->check(cli::one_of({"highest", "high"}));
   app.add_flag("--ddp", c.ddp, "data parallel across the ranks started by //distributed/launch, srun or mpirun");
   app.add_option("--zero", c.zero, "ZeRO stage with --ddp: 1 shards the optimizer state over the ranks")
       ->check(cli::range(0, 1));
-  app.add_option("--zero-checkpoint", c.zero_checkpoint,
-                 "with --zero 1: consolidated (resumable by any run) or sharded (a file per rank, same world size)")
-      ->check(cli::one_of({"consolidated", "sharded"}));
+  add_choice(app, "--zero-checkpoint", c.zero_checkpoint, train::kZeroCheckpointNames,
+             "with --zero 1: consolidated (resumable by any run) or sharded (a file per rank, same world size)");
   app.add_option("--pipeline-stages", c.pipeline_stages,
                  "pipeline parallel: the model split into P stages, one per rank (1: no pipeline)")
       ->check(cli::range(1, 64));
@@ -92,7 +110,7 @@ void MnistFlags::declare(CLI::App& app) {
 }
 
 std::string MnistFlags::finish() {
-  if (lr->count() == 0) c.lr = c.optimizer == "sgd" ? sgd_lr : 1e-3;
+  if (lr->count() == 0) c.lr = c.optimizer == train::Optimizer::sgd ? sgd_lr : 1e-3;
   c.device = device.empty() ? best_device() : Device(device);
   if (c.device.is_cuda() && c.device.index >= device_count(DeviceType::CUDA))
     return fmt::format("--device {}: only {} CUDA device(s) present", device, device_count(DeviceType::CUDA));
@@ -100,7 +118,7 @@ std::string MnistFlags::finish() {
   if (c.save_every > 0 && c.save.empty()) return "--save-every needs --save (where to write)";
   if (c.dropout > 0 && c.model != "mlp") return "--dropout applies to --model mlp only";
   if (width->count() > 0 && c.model != "resnet18") return "--width applies to --model resnet18 only";
-  if (c.amp == "none" && c.amp_mode == "o2")
+  if (c.amp == train::Precision::f32 && c.amp_mode == train::AmpMode::o2)
     return "--amp-mode o2 needs --amp f16 or --amp bf16 (the model is converted to that dtype)";
   if (std::string problem = check_pipeline(); !problem.empty()) return problem;
   if (std::string problem = train::cuda_graph_problem(c); !problem.empty()) return problem;

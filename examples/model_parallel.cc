@@ -1,5 +1,6 @@
 // Model parallel in one process: the main job's CNN split over two devices (convolutions on the
-// first, fully connected layers on the second), trained for a few steps on Fashion-MNIST.
+// first, fully connected layers on the second), trained for a few steps on Fashion-MNIST by
+// train::Trainer with the ModelParallel strategy.
 //   tools/bazel run //examples:model_parallel -- --steps 50 --save mp.safetensors --save-every 10
 // SIGTERM/SIGINT: finishes the step, saves to --save and exits 75; --resume continues exactly.
 #include "train/model_parallel.h"
@@ -12,10 +13,11 @@
 #include "core/parallel.h"
 #include "data/dataloader.h"
 #include "models/mlp_cnn.h"
+#include "distributed/launch/exit_codes.h"
+#include "profiler/memory.h"
+#include "train/fit.h"
 #include "train/run_monitor.h"
 #include "train/train_parts.h"
-#include "train/checkpoint.h"
-#include "profiler/memory.h"
 
 using namespace kiln;
 
@@ -62,78 +64,28 @@ int main(int argc, char** argv) {
     train::DevicePair dev = train::model_parallel_devices();
     std::cout << "model parallel: " << dev.note << "\n";
     manual_seed(static_cast<uint64_t>(c.seed));
-    // The whole CNN stays reachable (its layers are the split model's), so it is what is saved.
-    auto cnn = models::make_cnn();
-    train::SplitModel model(*cnn, train::kCnnSplit, dev.first, dev.second);
-    auto opt = train::make_optimizer(c, model.parameters());
+    // The convolutions on the first device, the fully connected layers on the second.
+    train::Trainer trainer(models::make_cnn(),
+                           {.epochs = 0, .max_steps = steps, .lr = c.lr, .log_every = c.log_every,
+                            .checkpoint = c.save.empty() ? c.resume : c.save, .save_every = c.save_every,
+                            .resume = !c.resume.empty(), .stop_after_steps = c.stop_after_steps,
+                            .stop_after_epochs = c.stop_after_epochs, .handle_preemption = true,
+                            .strategy = train::ModelParallel{.devices = {dev.first, dev.second},
+                                                             .boundaries = {0, train::kCnnSplit, 10}}});
     data::DataLoader loader(sets.train,
                             {.batch_size = c.batch_size, .shuffle = true, .seed = static_cast<uint64_t>(c.seed)});
-    train::TrainingState state;
-    if (!c.resume.empty()) {
-      state = train::load_checkpoint(c.resume, *cnn, opt.get());
-      std::cout << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c.resume, state.epoch, state.batch,
-                               state.step);
-    }
-    auto save = [&](int64_t epoch, int64_t batch) {
-      state.epoch = epoch;
-      state.batch = batch;
-      state.rng = default_generator().state();
-      train::save_checkpoint(c.save, *cnn, opt.get(), state);
-    };
-    train::StepCheckpoints checkpoints(c, nullptr);  // --save-every and SIGTERM/SIGINT
-    const double flops = train::forward_flops([&] { model.forward(sets.train->get_batch({0}).data); });
-    train::RunMonitor monitor(train::monitor_config(c), 0, flops, dev.first.is_cuda() || dev.second.is_cuda(),
-                                 std::cout);
+    trainer.model().eval();  // the FLOPs of one sample's forward, without touching any statistics
+    const double flops = train::forward_flops([&] { trainer.model().forward(sets.train->get_batch({0}).data); });
+    trainer.add_callback(std::make_shared<train::RunMonitor>(train::monitor_config(c), 0, flops,
+                                                             dev.second.is_cuda(), std::cout));
     profiler::reset_peak(dev.second.type);
-    double loss = 0;
-    int64_t& step = state.step;
-    loader.set_epoch(state.epoch);
-    loader.set_start_batch(state.batch);
-    bool preempted = false;
-    while (step < steps && !preempted) {
-      const int64_t epoch = loader.epoch();
-      int64_t batch_no = loader.start_batch();
-      monitor.step_begin();
-      for (data::Example& b : loader) {
-        if (step == steps) break;
-        monitor.data_ready();
-        // The images go to the first device, the labels to the second, where the logits are.
-        Tensor l;
-        {
-          profiler::RecordFunction range("forward");
-          l = nn::functional::cross_entropy(model.forward(b.data), b.target.to(dev.second));
-        }
-        monitor.mark(train::Phase::kForward);
-        {
-          profiler::RecordFunction range("backward");
-          opt->zero_grad();
-          l.backward();  // the gradient crosses back from the second device to the first
-        }
-        monitor.mark(train::Phase::kBackward);
-        const double gnorm = monitor.logs_this_step() ? train::grad_norm(model.parameters()) : -1;
-        {
-          profiler::RecordFunction range("optimizer");
-          opt->step();
-        }
-        monitor.mark(train::Phase::kOptimizer);
-        loss = l.item<double>();
-        ++batch_no;
-        if (++step % c.log_every == 0)
-          std::cout << fmt::format("step {}/{} loss {:.4f}\n", step, steps, loss) << std::flush;
-        monitor.step_end(b.target.size(0), loss, c.lr, gnorm, 1.0);
-        const train::StepCheckpoints::Action act = checkpoints.after_step(step, step);
-        if (act.save || (step == steps && !c.save.empty())) save(epoch, batch_no);
-        if ((preempted = act.stop)) {
-          std::cout << "preempted: stopped after step " << step << "\n";
-          break;
-        }
-      }
-    }
-    const nlohmann::ordered_json line = {{"model", "cnn"}, {"first", dev.first.str()},   {"second", dev.second.str()},
-                                         {"steps", steps}, {"batch_size", c.batch_size}, {"loss", loss},
-                                         {"peak_memory_bytes", profiler::memory_counters(dev.second.type).peak}};
+    const train::FitResult r = trainer.fit(loader);
+    const nlohmann::ordered_json line = {
+        {"model", "cnn"}, {"first", dev.first.str()}, {"second", dev.second.str()}, {"steps", r.steps},
+        {"batch_size", c.batch_size}, {"loss", r.step_losses.empty() ? 0.0 : r.step_losses.back()},
+        {"peak_memory_bytes", profiler::memory_counters(dev.second.type).peak}};
     std::cout << line.dump() << std::endl;
-    return preempted ? dist::kExitPreempted : 0;
+    return r.preempted ? dist::kExitPreempted : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "model_parallel: %s\n", e.what());
     return 1;

@@ -1,5 +1,5 @@
 // The ResNet recipe: ResNet-18 (models/resnet.h, torchvision's layout with the small-input stem)
-// trained on Fashion-MNIST padded to 32x32, through the main job's trainer (train/trainer.h), so
+// trained on Fashion-MNIST padded to 32x32, through the main job's train::Trainer (train/trainer.h), so
 // every flag of //examples:mnist works here too (--ddp, --save/--resume, --amp, --profile, ...).
 // The defaults are the recipe: base width 16, SGD with momentum 0.9 at lr 0.1, cosine decay per
 // step, batch 128, 3 epochs (>= 91% test accuracy; docs/resnet.md).
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   flags.c.width = 16;
   flags.c.epochs = 3;
   flags.c.batch_size = 128;
-  flags.c.schedule = "cosine";
+  flags.c.schedule = train::Schedule::cosine;
   flags.c.lr = flags.sgd_lr = 0.1;
   flags.declare(app);
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;

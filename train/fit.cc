@@ -1,5 +1,6 @@
 // train::Trainer's set-up, strategies, evaluation and checkpoints (the loop is in fit_loop.cc).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,18 +15,13 @@
 #include "train/callback.h"
 #include "train/distributed_checkpoint.h"
 #include "train/fit_impl.h"
+#include "train/fit_model_parallel.h"
+#include "train/fit_pipeline.h"
+#include "train/fit_parts.h"
 #include "train/zero_checkpoint.h"
 
 namespace kiln::train {
 namespace {
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::f16: return "f16";
-    case Precision::bf16: return "bf16";
-    default: return "none";
-  }
-}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vector<optim::ParamGroup> groups) {
   switch (o.optimizer) {
@@ -33,11 +29,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const FitOptions& o, std::vecto
       return std::make_unique<optim::SGD>(
           std::move(groups), optim::SGDOptions(o.lr).set_momentum(o.momentum).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adam:
-      return std::make_unique<optim::Adam>(std::move(groups),
-                                           optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0)));
+      return std::make_unique<optim::Adam>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0)));
     case Optimizer::adamw:
-      return std::make_unique<optim::AdamW>(std::move(groups),
-                                            optim::AdamOptions(o.lr).set_weight_decay(o.weight_decay.value_or(0.01)));
+      return std::make_unique<optim::AdamW>(
+          std::move(groups),
+          optim::AdamOptions(o.lr).set_betas(o.beta1, o.beta2).set_weight_decay(o.weight_decay.value_or(0.01)));
   }
   fail("Trainer: unknown optimizer {}", static_cast<int>(o.optimizer));
 }
@@ -56,20 +54,14 @@ void check_options(const FitOptions& o) {
   KILN_CHECK(o.threads >= 0, "Trainer: threads must be >= 0 (0: unchanged), got {}", o.threads);
   KILN_CHECK(!o.master_weights || o.precision != Precision::f32,
              "Trainer: master_weights (a 16-bit model with f32 master copies) needs precision f16 or bf16");
+  check_schedule_options(o);
   if (const auto* dp = std::get_if<DataParallel>(&o.strategy))
     KILN_CHECK(dp->zero_stage == 0 || dp->zero_stage == 1,
                "Trainer: DataParallel zero_stage {}: only 0 and 1 (optimizer state sharding) exist here", dp->zero_stage);
-}
-
-/// The device of this rank: on GPUs cuda:LOCAL_RANK (one per rank of the node).
-Device rank_device(Device d) {
-  if (!d.is_cuda()) return d;
-  const char* local = std::getenv("LOCAL_RANK");
-  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
-  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
-             "Trainer: DataParallel: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
-             device_count(DeviceType::CUDA));
-  return mine;
+  KILN_CHECK(o.stop_after_steps >= 0 && o.stop_after_epochs >= 0,
+             "Trainer: stop_after_steps ({}) and stop_after_epochs ({}) must be >= 0 (0: never)", o.stop_after_steps,
+             o.stop_after_epochs);
+  if (const std::string problem = cuda_graph_problem(o); !problem.empty()) fail("Trainer: cuda_graph: {}", problem);
 }
 
 /// Indices [lo, hi) of a sampler's epoch-0 order: one rank's slice for evaluation.
@@ -101,12 +93,43 @@ data::DataLoaderOptions loader_options(const data::DataLoaderOptions& o, std::sh
 
 }  // namespace
 
+std::string cuda_graph_problem(const FitOptions& o) {
+  if (!o.cuda_graph) return {};
+  if (!o.device.is_cuda()) return fmt::format("needs a CUDA device; this run is on {}", o.device);
+  if (!std::holds_alternative<SingleProcess>(o.strategy))
+    return "runs in one process (a replay does not capture the strategy's communication)";
+  if (o.precision == Precision::f16)
+    return "f16 loss scaling decides on the host whether to skip each step; use bf16 or f32";
+  if (o.optimizer != Optimizer::sgd)
+    return "the optimizer counts its steps on the host (bias correction), which a replay would freeze; use sgd";
+  if (o.schedule != Schedule::constant) return "a replay keeps the captured learning rate; use Schedule::constant";
+  if (o.grad_accum != 1 || o.clip_grad_norm > 0)
+    return fmt::format("grad_accum ({}) must be 1 and clip_grad_norm ({}) 0 (the captured step is one whole step)",
+                       o.grad_accum, o.clip_grad_norm);
+  return {};
+}
+
+Device rank_device(Device d) {
+  if (!d.is_cuda()) return d;
+  const char* local = std::getenv("LOCAL_RANK");
+  Device mine(DeviceType::CUDA, local ? std::atoi(local) : 0);
+  KILN_CHECK(mine.index < device_count(DeviceType::CUDA),
+             "Trainer: LOCAL_RANK {} has no GPU of its own ({} CUDA devices here)", mine.index,
+             device_count(DeviceType::CUDA));
+  return mine;
+}
+
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target) {
   return o.loss ? o.loss(output, target) : nn::functional::cross_entropy(output, target);
 }
 
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target) {
+  if (!o.loss) return nn::functional::cross_entropy(output, target, nn::functional::Reduction::sum).item<double>();
+  return o.loss(output, target).item<double>() * static_cast<double>(output.dim() > 0 ? output.size(0) : 1);
+}
+
 Trainer::Impl::Impl(const FitOptions& o)
-    : mp(precision_name(o.precision), o.master_weights ? "o2" : "o1") {}
+    : mp(o.precision, o.master_weights ? AmpMode::o2 : AmpMode::o1, o.loss_scale) {}
 
 Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(model)), options_(std::move(options)) {
   KILN_CHECK(model_ != nullptr, "Trainer: the model is null");
@@ -114,6 +137,13 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
   if (options_.threads > 0) set_num_threads(options_.threads);
   impl_ = std::make_unique<Impl>(options_);
   Impl& m = *impl_;
+  if (std::holds_alternative<Pipeline>(options_.strategy)) {  // train/fit_pipeline.cc
+    m.pipeline = std::make_unique<PipelineRun>(model_, options_, m);
+    model_ = m.pipeline->stage_module();
+    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    m.mp.prepare_optimizer(*opt_);
+    return;
+  }
   const auto* dp = std::get_if<DataParallel>(&options_.strategy);
   if (dp != nullptr) {
     options_.device = rank_device(options_.device);
@@ -130,18 +160,23 @@ Trainer::Trainer(nn::ModulePtr<> model, FitOptions options) : model_(std::move(m
     m.rank = m.pg->rank();
     m.world = m.pg->size();
   }
-  model_->to(options_.device);
+  if (const auto* parts = std::get_if<ModelParallel>(&options_.strategy))  // train/fit_model_parallel.cc
+    model_ = place_model_parallel(model_, *parts, options_.device);
+  else
+    model_->to(options_.device);
   m.mp.prepare_model(*model_);
   if (m.pg) m.ddp = std::make_unique<dist::DistributedDataParallel>(model_, m.pg);
   if (dp != nullptr && dp->zero_stage == 1) {
-    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
-        *m.ddp, [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); });
+    auto make = [this](std::vector<optim::ParamGroup> groups) { return make_optimizer(options_, std::move(groups)); };
+    auto z = options_.decay
+                 ? std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, fit_param_groups(options_, *model_), make)
+                 : std::make_unique<dist::ZeroRedundancyOptimizer>(*m.ddp, make);
     m.mp.prepare_optimizer(z->inner());         // master weights of this rank's shards only
     dist::share_found_inf(m.mp.scaler(), m.pg);  // each rank checks only its shard's gradients
     m.zero = z.get();
     opt_ = std::move(z);
   } else {
-    opt_ = make_optimizer(options_, {optim::ParamGroup(model_->parameters())});
+    opt_ = make_optimizer(options_, fit_param_groups(options_, *model_));
     m.mp.prepare_optimizer(*opt_);
   }
 }
@@ -158,9 +193,13 @@ int Trainer::world_size() const { return impl_->world; }
 int64_t Trainer::step() const { return impl_->state.step; }
 int64_t Trainer::epoch() const { return impl_->state.epoch; }
 dist::ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
+dist::DistributedDataParallel* Trainer::ddp() const { return impl_->ddp.get(); }
+double Trainer::last_loss() const { return impl_->graphed ? impl_->graphed->last_loss() : impl_->last_loss; }
+amp::GradScaler& Trainer::loss_scaler() { return impl_->mp.scaler(); }
 
 EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   Impl& m = *impl_;
+  if (m.pipeline) return m.pipeline->evaluate(*this, loader);
   NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
@@ -176,14 +215,13 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   double sums[4] = {0, 0, 0, 0};
   for (data::Example& b : *l) {
     Tensor x = b.data.to(options_.device), y = b.target.to(options_.device);
-    Tensor out, loss;
+    Tensor out;
     {
       amp::AutocastGuard autocast = m.mp.autocast();
       out = model_->forward(x);
-      loss = fit_loss(options_, out, y);
+      sums[0] += fit_loss_sum(options_, out, y);
     }
     const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-    sums[0] += loss.item<double>() * static_cast<double>(n);
     if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
       sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
     else
@@ -205,24 +243,33 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
 
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          int64_t epoch, int64_t batch) {
+  const auto start = std::chrono::steady_clock::now();
   const std::string& path = t.options().checkpoint;
   m.state.epoch = epoch;
   m.state.batch = batch;
   m.state.rng = default_generator().state();
   m.mp.save(m.state);
   for (auto& cb : callbacks) cb->save_state(path, m.state, m.rank);
-  if (m.zero)
-    dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state);  // consolidated: any run resumes it
+  if (m.pipeline)
+    m.pipeline->write(t.optimizer(), path);  // a file per stage
+  else if (m.zero)
+    dist::save_zero_checkpoint(path, t.model(), *m.zero, m.state,
+                               std::get<DataParallel>(t.options().strategy).zero_checkpoint == ZeroCheckpoint::sharded
+                                   ? dist::ZeroCheckpointKind::kSharded
+                                   : dist::ZeroCheckpointKind::kConsolidated);
   else if (m.pg)
     dist::save_checkpoint(*m.pg, path, t.model(), &t.optimizer(), m.state);  // rank 0 writes, the others wait
   else
     save_checkpoint(path, t.model(), &t.optimizer(), m.state);
   ++m.checkpoints;
+  m.checkpoint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  const std::string& path = t.options().checkpoint;
-  if (m.zero)
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         const std::string& path) {
+  if (m.pipeline)
+    m.state = m.pipeline->read(t.options(), t.optimizer(), path);
+  else if (m.zero)
     m.state = dist::load_zero_checkpoint(path, t.model(), *m.zero);
   else if (m.pg)
     m.state = dist::load_checkpoint(*m.pg, path, t.model(), &t.optimizer());

@@ -8,11 +8,15 @@
 
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/zero.h"
+#include "distributed/launch/heartbeat.h"
 #include "train/checkpoint.h"
 #include "train/fit.h"
+#include "train/graph_step.h"
 #include "train/mixed_precision.h"
 
 namespace kiln::train {
+
+class PipelineRun;
 
 struct Trainer::Impl {
   explicit Impl(const FitOptions& o);
@@ -23,21 +27,36 @@ struct Trainer::Impl {
   dist::ZeroRedundancyOptimizer* zero = nullptr;  // the Trainer's optimizer under zero_stage 1
   TrainingState state;  // the position: global step, epoch in progress, batches done in it
   bool resumed = false;
+  std::unique_ptr<PipelineRun> pipeline;  // under Pipeline: the stages and their loop (fit_pipeline.h)
   int rank = 0, world = 1;
   int64_t checkpoints = 0;
+  double checkpoint_seconds = 0;
+  std::unique_ptr<GraphedStep> graphed;  // cuda_graph
+  double last_loss = 0;  // the last eager step's
+  dist::Heartbeat heartbeat;  // for the launcher's --watchdog-timeout (a no-op without it)
   std::ostream quiet{nullptr};
 
   /// Rank 0's log (the options' stream, or nothing).
   std::ostream& out(const FitOptions& o) { return rank == 0 && o.log != nullptr ? *o.log : quiet; }
 };
 
+/// The device of a rank of a multi-process job: on GPUs cuda:LOCAL_RANK (one per rank of the node).
+Device rank_device(Device d);
+
 /// The options' loss, or cross-entropy.
 Tensor fit_loss(const FitOptions& o, const Tensor& output, const Tensor& target);
+/// The loss summed over the batch's rows (evaluation): cross-entropy's own sum, or the options'
+/// mean loss times the rows.
+double fit_loss_sum(const FitOptions& o, const Tensor& output, const Tensor& target);
 
 /// Writes the Trainer's checkpoint at (epoch, batch) with its callbacks' state; loads it back.
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
                          int64_t epoch, int64_t batch);
-void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks);
+void load_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,
+                         const std::string& path);
+
+/// Why `o` cannot train with cuda_graph ("" when it can, or when cuda_graph is off).
+std::string cuda_graph_problem(const FitOptions& o);
 
 /// Under DataParallel: this rank's share of `loader`'s data set (a DistributedSampler with the
 /// loader's shuffle, seed and drop_last), or null when `loader` already samples for this rank.

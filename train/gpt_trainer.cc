@@ -1,37 +1,26 @@
-// The GPT training loop (see gpt_trainer.h).
+// The GPT trainers' shared parts and the dispatch between them (see gpt_trainer.h); the
+// one-process / DDP / ZeRO-1 recipe on train::Trainer is in gpt_fit.cc.
 #include "train/gpt_trainer.h"
 
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
 
 #include "core/parallel.h"
-#include "data/text_corpus.h"
-#include "distributed/backend/init.h"
-#include "distributed/data_parallel/ddp.h"
-#include "distributed/data_parallel/scaler_sync.h"
-#include "distributed/data_parallel/zero.h"
 #include "models/gpt_hf.h"
-#include "models/gpt_sample.h"
-#include "train/checkpoint.h"
-#include "train/distributed_checkpoint.h"
+#include "train/gpt_fit.h"
 #include "train/gpt_pipeline.h"
 #include "train/gpt_sharded.h"
-#include "train/mixed_precision.h"
 #include "train/run_monitor.h"
-#include "train/zero_checkpoint.h"
 #include "optim/adam.h"
-#include "optim/clip.h"
 #include "profiler/memory.h"
 
 namespace kiln::train::gpt {
 using namespace models::gpt;
-using namespace data::text;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -132,186 +121,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              "--zero {}: the stages are 1 (optimizer state), 2 (and gradients) and 3 (and parameters)", config.zero);
   if (config.pipeline_stages > 1) return train_pipeline(config, log);  // with --tp: 3D
   if (is_sharded(config)) return train_sharded(config, log);
-  TrainConfig c = config;
-  if (c.threads > 0) set_num_threads(c.threads);
-  const bool hf = !c.init_from_hf.empty();
-  const int64_t t = resolve_shape(c);
-
-  std::shared_ptr<dist::ProcessGroup> pg;
-  KILN_CHECK(!c.ddp || std::getenv("WORLD_SIZE") != nullptr,
-             "--ddp: WORLD_SIZE is not set; start the ranks with `bazel-bin/distributed/launch/launch --nproc-per-node N -- "
-             "bazel-bin/examples/gpt --ddp ...`");
-  KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
-  if (c.ddp) pg = dist::init_process_group({.backend = c.device.is_cuda() ? "nccl" : "gloo"});
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  std::ostream quiet(nullptr);
-  std::ostream& out = rank == 0 ? log : quiet;
-
-  const Splits data = split_corpus(read_corpus(c.data), t + 1);
-  const std::vector<int64_t> ids = byte_token_ids(hf);
-  const int64_t micro_tokens = c.batch_size * t * world;
-  const int64_t budget = c.total_batch_tokens > 0 ? c.total_batch_tokens : micro_tokens;
-  KILN_CHECK(budget % micro_tokens == 0,
-             "--total-batch-tokens {} is not a multiple of --batch-size x seq-len x ranks = {} x {} x {} = {}", budget,
-             c.batch_size, t, world, micro_tokens);
-  const int64_t accum = budget / micro_tokens;
-
-  // On a GPU, before the model: the device peak counts every tensor of the run (the CPU's
-  // allocations go uncounted: peak_rss_mb says what they cost).
-  if (c.device.is_cuda()) profiler::track_memory();
-  manual_seed(c.seed);
-  auto model = std::make_shared<GPT>(c.gpt);
-  if (hf) load_hf(*model, c.init_from_hf);
-  model->to(c.device);
-  MixedPrecision mp(c.amp, "o1", c.loss_scale);
-  // Without ZeRO the optimizer and the resumed state come first, and DDP then broadcasts rank 0's
-  // (identical) weights; ZeRO's optimizer wraps the shards of DDP's reducer, so it comes after.
-  std::unique_ptr<optim::Optimizer> opt;
-  dist::ZeroRedundancyOptimizer* zero = nullptr;  // opt, under --zero 1
-  train::TrainingState state;
-  auto resumed = [&](train::TrainingState loaded) {
-    state = std::move(loaded);
-    accept_resumed(c, t, state, mp, out);
-  };
-  if (c.zero == 0) {
-    opt = make_optimizer(c, model->named_parameters());
-    if (!c.resume.empty())
-      resumed(pg ? dist::load_checkpoint(*pg, c.resume, *model, opt.get()) : train::load_checkpoint(c.resume, *model, opt.get()));
-  }
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
-  if (pg) ddp = std::make_unique<dist::DistributedDataParallel>(model, pg);
-  if (c.zero == 1) {
-    auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(*ddp, param_groups(c, model->named_parameters()),
-                                                             dist::optimizer_factory<optim::AdamW>(adam_options(c)));
-    dist::share_found_inf(mp.scaler(), pg);  // each rank checks only its shard's gradients
-    if (!c.resume.empty()) resumed(dist::load_zero_checkpoint(c.resume, *model, *z));  // consolidated or sharded
-    out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
-                       z->reducer().buckets().size(), world);
-    zero = z.get();
-    opt = std::move(z);
-  }
-  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
-
-  TrainResult r;
-  r.gpt = c.gpt;
-  r.rank = rank, r.world_size = world, r.grad_accum = accum, r.tokens_per_step = budget;
-  r.params = model->num_parameters();
-  const int used_threads = get_num_threads() * world;
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
-  if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
-  const double flops_per_step = model->flops_per_token(t) * static_cast<double>(budget);
-  out << fmt::format("gpt: {} ({} layers, {} heads, {} wide, vocab {}), {:.2f}M parameters; {} train / {} val bytes; "
-                     "{} tokens per step = {} x {} tokens x {} micro-steps x {} ranks; peak {:.1f} GFLOP/s ({})\n",
-                     c.model, c.gpt.n_layer, c.gpt.n_head, c.gpt.n_embd, c.gpt.vocab_size, r.params / 1e6,
-                     data.train.size(), data.val.size(), budget, c.batch_size, t, accum, world, r.peak_flops / 1e9,
-                     r.peak_description);
-
-  auto evaluate = [&]() {
-    NoGradGuard g;
-    model->eval();
-    // Batch i is the same rows whatever the world size: rank r takes its r-th slice of them.
-    const int64_t n = std::min(c.eval_batches, sequential_batches(data.val, c.batch_size * world, t));
-    double sum = 0, count = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      Batch b = sequential_batch(data.val, ids, c.batch_size, t, i * world + rank);
-      amp::AutocastGuard autocast = mp.autocast();
-      sum += GPT::loss(model->forward(b.x.to(c.device)), b.y.to(c.device)).item<double>();
-      count += 1;
-    }
-    model->train();
-    if (pg) {
-      Tensor s = tensor({sum, count}, dtype(kFloat64));
-      pg->allreduce(s)->wait();
-      auto v = s.to_vector<double>();
-      sum = v[0], count = v[1];
-    }
-    return sum / std::max(count, 1.0);
-  };
-  auto save = [&]() {
-    if (c.save.empty()) return;
-    const Clock::time_point start = Clock::now();
-    state.rng = default_generator().state();
-    state.extra["gpt"] = run_signature(c, t);
-    mp.save(state);
-    if (zero) dist::save_zero_checkpoint(c.save, *model, *zero, state);  // consolidated: any run resumes it
-    else if (pg) dist::save_checkpoint(*pg, c.save, *model, opt.get(), state);
-    else train::save_checkpoint(c.save, *model, opt.get(), state);
-    r.checkpoints += 1;
-    r.checkpoint_seconds += seconds_since(start);
-    out << fmt::format("saved {} at step {}\n", c.save, state.step);
-  };
-
-  StepTimes times;
-  const int64_t last = c.stop_after_steps > 0 ? std::min(c.max_steps, state.step + c.stop_after_steps) : c.max_steps;
-  // --profile: as the main job's, on this invocation's steps (wait, record and drop warm-up,
-  // keep active); then the op table and the kernel classes are printed.
-  std::unique_ptr<RunMonitor> monitor;
-  if (!c.profile_dir.empty())
-    monitor = std::make_unique<RunMonitor>(
-        MonitorConfig{.profile_dir = c.profile_dir,
-                      .schedule = {.wait = c.profile_wait, .warmup = c.profile_warmup, .active = c.profile_active},
-                      .log_every = int64_t{1} << 40},
-        rank, 0.0, c.device.is_cuda(), out);
-  while (state.step < last) {
-    const int64_t step = state.step;
-    times.begin();
-    if (monitor) monitor->step_begin();
-    opt->zero_grad();
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      const uint64_t row = static_cast<uint64_t>(((step * accum + micro) * world + rank) * c.batch_size);
-      Batch b = random_batch(data.train, ids, c.batch_size, t, c.seed, row);
-      std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
-      if (ddp && micro + 1 < accum) no_sync.emplace(*ddp);  // all-reduce once, on the last
-      Tensor loss;
-      {
-        amp::AutocastGuard autocast = mp.autocast();
-        loss = GPT::loss(net(b.x.to(c.device)), b.y.to(c.device)) / static_cast<double>(accum);
-      }
-      mp.backward(loss);
-      loss_sum += loss.item<double>();
-    }
-    if (mp.scaler().is_enabled()) mp.scaler().unscale_(*opt);
-    // Under ZeRO the averaged gradients live in this rank's shards: the norm is reduced over them all.
-    const double norm = zero ? zero->clip_grad_norm_(c.grad_clip) : optim::clip_grad_norm_(model->parameters(), c.grad_clip);
-    const double lr = lr_at(c, step);
-    opt->set_lr(lr);
-    mp.step(*opt);
-    if (pg) {
-      Tensor l = tensor({loss_sum}, dtype(kFloat64));
-      pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
-      loss_sum = l.item<double>();
-    }
-    const double dt = times.record(r, loss_sum, budget, c.device);
-    if (monitor) monitor->step_end(budget / t, loss_sum, lr, norm, mp.scaler().scale());
-    ++state.step;
-    const double tok_s = static_cast<double>(budget) / dt, mfu = flops_per_step / dt / r.peak_flops;
-    if (state.step % c.log_every == 0 || state.step == last)
-      out << fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%{}\n",
-                         state.step, c.max_steps, loss_sum, lr, norm, dt * 1e3, tok_s, 100 * mfu,
-                         scaler_note(mp.scaler()));
-    validate_if_due(c, state.step, evaluate, r, out);
-    if (c.save_every > 0 && state.step % c.save_every == 0 && state.step != last) save();
-  }
-  monitor.reset();  // a run that ended inside the profiled steps keeps what was recorded
-  save();
-  if (!c.save_hf.empty() && rank == 0) {
-    save_hf(*model, c.save_hf);
-    out << fmt::format("wrote Hugging Face layout to {}\n", c.save_hf);
-  }
-  r.steps_done = state.step;
-  r.skipped_steps = mp.skipped_steps();
-  r.loss_scale = mp.scaler().scale();
-  times.finish(r, model->flops_per_token(t), c.device);
-  if (rank == 0 && c.sample_tokens > 0) {
-    amp::AutocastGuard autocast = mp.autocast();
-    r.sample = generate(*model, c.prompt,
-                        {.tokens = c.sample_tokens, .temperature = c.temperature, .top_k = c.top_k, .seed = c.seed,
-                         .gpt2_bytes = hf},
-                        c.device);
-    out << "sample:\n" << r.sample << "\n";
-  }
-  return r;
+  return fit(config, log);  // one process, --ddp, --ddp --zero 1: train::Trainer
 }
 
 std::string scaler_note(const amp::GradScaler& scaler) {

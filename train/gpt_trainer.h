@@ -1,9 +1,10 @@
-// The GPT trainer's loop (examples/gpt.cc parses the flags): AdamW (no weight decay on biases,
-// LayerNorms and embeddings), linear warm-up then cosine decay, gradient clipping, gradient
-// accumulation up to a token budget per step, bf16 autocast, data parallel under
-// //distributed/launch (optionally with ZeRO-1's sharded optimizer state), periodic validation,
-// checkpoints that resume exactly, a sample at the end. Pipelines (and 3D with --tp):
-// gpt_pipeline.h; tensor parallel and FSDP (--tp, --zero 2|3): gpt_sharded.h.
+// The GPT trainers' configuration, results and shared parts (examples/gpt.cc parses the flags):
+// AdamW (no weight decay on biases, LayerNorms and embeddings), linear warm-up then cosine decay,
+// gradient clipping, gradient accumulation up to a token budget per step, bf16/f16 autocast,
+// periodic validation, checkpoints that resume exactly (and across the trainers), a sample at the
+// end. train() runs one process, --ddp and --ddp --zero 1 through train::Trainer (gpt_fit.h);
+// pipelines (and 3D with --tp): gpt_pipeline.h; tensor parallel and FSDP (--tp, --zero 2|3):
+// gpt_sharded.h.
 #pragma once
 
 #include <chrono>

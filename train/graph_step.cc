@@ -1,37 +1,10 @@
-// GraphedStep and the --cuda-graph checks (see graph_step.h).
+// GraphedStep (see graph_step.h).
 #include "train/graph_step.h"
 
 #include "core/grad_mode.h"
 #include "core/ops.h"
 
 namespace kiln::train {
-
-std::string cuda_graph_problem(const TrainConfig& c) {
-  if (!c.cuda_graph) return {};
-  if (!c.device.is_cuda())
-    return fmt::format("--cuda-graph needs a CUDA device (--device cuda); this run is on {}", c.device);
-  if (c.ddp || c.pipeline_stages > 1)
-    return "--cuda-graph runs in one process: not with --ddp or --pipeline-stages (their communication is not "
-           "captured)";
-  if (c.amp == "f16")
-    return "--cuda-graph: --amp f16's loss scaling decides on the host whether to skip each step; use --amp bf16 "
-           "or none";
-  if (c.optimizer != "sgd")
-    return fmt::format("--cuda-graph: --optimizer {} counts its steps on the host (bias correction), which a replay "
-                       "would freeze; use --optimizer sgd",
-                       c.optimizer);
-  if (c.schedule != "constant")
-    return fmt::format("--cuda-graph replays the optimizer step with the learning rate it was captured with: "
-                       "--schedule {} needs a new one each step; use --schedule constant",
-                       c.schedule);
-  if (c.dropout > 0)
-    return fmt::format("--cuda-graph: --dropout {} needs a new random mask each step, and a replay repeats the "
-                       "captured one",
-                       c.dropout);
-  if (!c.profile_dir.empty())
-    return "--cuda-graph: --profile times each kernel with events, which cannot be recorded inside a graph";
-  return {};
-}
 
 GraphedStep::GraphedStep(Device device, int64_t batch_size, StepFn step)
     : device_(device),

@@ -1,10 +1,11 @@
-// The main job's --cuda-graph (train/trainer.cc): the whole training step (zero the gradients
-// in place, forward, loss, backward, optimizer step) captured once as a device graph
-// (core/device_graph.h: CUDA graphs) after a few eager warm-up steps, then replayed for every
-// full batch, the batch first copied into static input buffers. A replay repeats the captured
-// kernels with their captured arguments, so what would have to change per step is refused up
-// front (cuda_graph_problem): a learning-rate schedule, Adam's step count, dropout's seed, loss
-// scaling's host decisions, and data-parallel or pipeline communication.
+// The Trainer's cuda_graph option (train/fit.h; the main job's --cuda-graph): the whole training
+// step (zero the gradients in place, forward, loss, backward, optimizer step) captured once as a
+// device graph (core/device_graph.h: CUDA graphs) after a few eager warm-up steps, then replayed
+// for every full batch, the batch first copied into static input buffers. A replay repeats the
+// captured kernels with their captured arguments, so what would have to change per step is
+// refused up front (the Trainer's option checks; the flags' in train/trainer.h): a learning-rate
+// schedule, Adam's step count, dropout's seed, loss scaling's host decisions, and data-parallel or
+// pipeline communication.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +15,8 @@
 
 #include "core/device_graph.h"
 #include "core/tensor.h"
-#include "train/trainer.h"
 
 namespace kiln::train {
-
-/// Why `c` cannot train with --cuda-graph ("" when it can, or when --cuda-graph is off).
-std::string cuda_graph_problem(const TrainConfig& c);
 
 /// One training step at a time, eager or replayed. `step(x, y)` runs one step eagerly and returns
 /// its loss; it is also the function captured, so it must zero the gradients in place (a replay

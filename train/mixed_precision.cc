@@ -28,6 +28,21 @@ MixedPrecision::MixedPrecision(const std::string& amp, const std::string& mode, 
              init_scale);
 }
 
+namespace {
+
+const char* amp_name(Precision p) {
+  switch (p) {
+    case Precision::f16: return "f16";
+    case Precision::bf16: return "bf16";
+    default: return "none";
+  }
+}
+
+}  // namespace
+
+MixedPrecision::MixedPrecision(Precision precision, AmpMode mode, double init_scale)
+    : MixedPrecision(amp_name(precision), mode == AmpMode::o2 ? "o2" : "o1", init_scale) {}
+
 std::string MixedPrecision::describe() const {
   if (!enabled_) return "none";
   return fmt::format("{}/{}", dtype_, o2_ ? "o2" : "o1");

@@ -14,8 +14,17 @@
 
 namespace kiln::train {
 
+/// The dtype of the mixed-precision ops: f16 adds dynamic loss scaling (amp::GradScaler); bf16
+/// needs none.
+enum class Precision { f32, f16, bf16 };
+/// o1: the f32 model under autocast; o2: the model itself in 16 bits, f32 master weights in the
+/// optimizer.
+enum class AmpMode { o1, o2 };
+
 class MixedPrecision {
  public:
+  /// The typed form of the constructor below (o2 needs f16 or bf16).
+  MixedPrecision(Precision precision, AmpMode mode, double init_scale = amp::GradScalerOptions{}.init_scale);
   /// `amp`: "none", "f16" or "bf16"; `mode`: "o1" or "o2" (only with f16/bf16); `init_scale`:
   /// the f16 loss scaler's first scale. Throws naming the setting and the bad value.
   MixedPrecision(const std::string& amp, const std::string& mode,

@@ -1,5 +1,7 @@
-// SplitModel and the choice of devices for model parallel in one process (model_parallel.h).
+// PlacedSequential, SplitModel and the choice of devices for model parallel in one process
+// (model_parallel.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "train/model_parallel.h"
@@ -13,6 +15,36 @@ DevicePair model_parallel_devices() {
   return {kCPU, kCPU,
           "no GPU: cpu + cpu (the same code path and the same to(device) between the halves, but no second device "
           "to spread over)"};
+}
+
+PlacedSequential::PlacedSequential(const nn::Sequential& model, std::vector<int> boundaries,
+                                   std::vector<Device> devices)
+    : boundaries_(std::move(boundaries)), devices_(std::move(devices)) {
+  const int n = static_cast<int>(model.size());
+  KILN_CHECK(!devices_.empty(), "PlacedSequential: no devices given");
+  KILN_CHECK(boundaries_.size() == devices_.size() + 1,
+             "PlacedSequential: {} boundaries for {} devices (need one more than the devices: [0, ..., {}])",
+             boundaries_.size(), devices_.size(), n);
+  KILN_CHECK(boundaries_.front() == 0 && boundaries_.back() == n,
+             "PlacedSequential: boundaries [{}] must run from 0 to the layer count {}", fmt::join(boundaries_, ", "), n);
+  for (size_t k = 0; k + 1 < boundaries_.size(); ++k)
+    KILN_CHECK(boundaries_[k] < boundaries_[k + 1],
+               "PlacedSequential: boundaries [{}] leave part {} (on {}) without layers; each part needs at least one",
+               fmt::join(boundaries_, ", "), k, devices_[k].str());
+  for (size_t k = 0; k < devices_.size(); ++k)
+    for (int i = boundaries_[k]; i < boundaries_[k + 1]; ++i) {
+      push_back(model[static_cast<size_t>(i)]);
+      model[static_cast<size_t>(i)]->to(devices_[k]);
+    }
+}
+
+Tensor PlacedSequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    h = h.to(devices_[k]);
+    for (int i = boundaries_[k]; i < boundaries_[k + 1]; ++i) h = (*(*this)[static_cast<size_t>(i)])(h);
+  }
+  return h;
 }
 
 SplitModel::SplitModel(const nn::Sequential& model, int at, Device a, Device b)

@@ -9,6 +9,7 @@
 #include "core/ops.h"
 #include "profiler/key_averages.h"
 #include "profiler/memory.h"
+#include "distributed/data_parallel/ddp.h"
 
 namespace kiln::train {
 namespace {
@@ -98,9 +99,14 @@ void RunMonitor::step_begin() {
   if (window_steps_ == 0) window_start_ = data_start_;  // a window starts at its first step, not before
 }
 
+void RunMonitor::add(Phase p, double s) {
+  phase_s_[static_cast<int>(p)] += s;
+  total_s_[static_cast<int>(p)] += s;
+}
+
 void RunMonitor::data_ready() {
   auto now = Clock::now();
-  phase_s_[static_cast<int>(Phase::kData)] += seconds(now - data_start_);
+  add(Phase::kData, seconds(now - data_start_));
   if (profiler::is_recording()) {
     profiler::Event e;
     e.name = "data wait";
@@ -115,20 +121,21 @@ void RunMonitor::data_ready() {
 
 void RunMonitor::mark(Phase p) {
   auto now = Clock::now();
-  phase_s_[static_cast<int>(p)] += seconds(now - last_);
+  add(p, seconds(now - last_));
   last_ = now;
 }
 
 void RunMonitor::comm(double comm_s, double exposed_s) {
   // The backward phase included the wait: move it to its own column.
-  phase_s_[static_cast<int>(Phase::kBackward)] -= exposed_s;
-  phase_s_[static_cast<int>(Phase::kExposedComm)] += exposed_s;
+  add(Phase::kBackward, -exposed_s);
+  add(Phase::kExposedComm, exposed_s);
   comm_total_s_ += comm_s;
 }
 
 void RunMonitor::step_end(int64_t samples, double loss, double lr, double grad_norm, double loss_scale) {
   auto now = Clock::now();
-  phase_s_[static_cast<int>(Phase::kRest)] += seconds(now - last_);
+  add(Phase::kRest, seconds(now - last_));
+  step_total_s_ += seconds(now - step_start_);
   ++window_steps_;
   window_samples_ += samples;
   ++step_;
@@ -173,6 +180,51 @@ void RunMonitor::step_end(int64_t samples, double loss, double lr, double grad_n
   }
   schedule_step();
   data_start_ = Clock::now();
+}
+
+void RunMonitor::on_epoch_begin(Trainer&, int64_t) {
+  in_step_ = false;
+  step_begin();
+}
+
+void RunMonitor::on_batch_begin(Trainer&, const data::Example&) {
+  if (in_step_) {
+    mark(Phase::kData);  // a later micro-batch of the step
+    return;
+  }
+  in_step_ = true;
+  data_ready();
+}
+
+void RunMonitor::on_after_forward(Trainer& trainer, const Tensor&) {
+  // A pipeline step runs forward and backward interleaved: one phase.
+  mark(std::holds_alternative<Pipeline>(trainer.options().strategy) ? Phase::kForwardBackward : Phase::kForward);
+}
+
+void RunMonitor::on_after_backward(Trainer&) { mark(Phase::kBackward); }
+
+void RunMonitor::on_before_optimizer_step(Trainer& trainer) {
+  // The gradients as the optimizer will see them (the DDP-averaged ones), only when logged.
+  if (logs_this_step()) step_grad_norm_ = grad_norm(trainer.model().parameters());
+  if (const dist::DistributedDataParallel* ddp = trainer.ddp())
+    comm(ddp->stats().comm_seconds, ddp->stats().exposed_seconds);  // the step's last, synced backward
+  mark(Phase::kRest);
+}
+
+void RunMonitor::on_step_end(Trainer& trainer, const StepMetrics& step) {
+  if (!trainer.options().cuda_graph) mark(Phase::kOptimizer);  // a replayed step's host time shows as rest
+  double loss = step.loss;
+  if (logs_this_step()) {
+    if (std::isnan(loss)) loss = trainer.last_loss();  // cuda_graph: read from the device only to log
+    if (step_grad_norm_ < 0) step_grad_norm_ = grad_norm(trainer.model().parameters());
+  }
+  step_end(step.samples, loss, step.lr, step_grad_norm_, step.loss_scale);
+  step_grad_norm_ = -1;
+  in_step_ = false;
+}
+
+void RunMonitor::on_epoch_end(Trainer& trainer, const EpochMetrics& metrics) {
+  if (metrics.val_loss && metrics.val_accuracy) test_metrics(*metrics.val_loss, *metrics.val_accuracy, trainer.step());
 }
 
 void RunMonitor::test_metrics(double loss, double accuracy, int64_t step) {

@@ -2,7 +2,8 @@
 // (--profile, --profile-steps, --logdir, --peak-gflops): the per-interval step breakdown (data
 // wait, forward, backward, exposed communication, optimizer, rest), samples/s, achieved FLOP/s
 // and MFU; a profiler run on a wait/warmup/active schedule that writes one Chrome trace per
-// rank and prints the key_averages table; TensorBoard scalars (rank 0 only).
+// rank and prints the key_averages table; TensorBoard scalars (rank 0 only). A train::Trainer
+// callback (its step hooks mark the phases); loops of their own call the marks directly.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "profiler/profiler.h"
 #include "profiler/schedule.h"
 #include "profiler/tensorboard.h"
+#include "train/callback.h"
 
 namespace kiln::train {
 
@@ -33,7 +35,7 @@ struct MonitorConfig {
 /// transfers (its lines show it in place of forward and backward).
 enum class Phase { kData, kForward, kBackward, kForwardBackward, kExposedComm, kOptimizer, kRest, kCount };
 
-class RunMonitor {
+class RunMonitor : public Callback {
  public:
   /// `flops_per_sample`: forward FLOPs of one sample (training counts 3x: forward + backward);
   /// 0 when unknown. `device_is_cuda` decides how the peak is known.
@@ -59,10 +61,29 @@ class RunMonitor {
   /// "how the peak is known", for the closing line.
   const std::string& peak_source() const { return peak_source_; }
   double mfu() const { return last_mfu_; }
+  /// Seconds of each phase over the whole run (not only the current interval), and of the steps
+  /// themselves (each from its data wait to its step_end): every interval between the marks goes
+  /// to exactly one phase, so the phases sum to the step time.
+  double total_seconds(Phase p) const { return total_s_[static_cast<int>(p)]; }
+  double step_seconds() const { return step_total_s_; }
+
+  // As a Trainer callback: the epoch's start begins the first data wait; a step's first
+  // micro-batch ends it (later micro-batches' waits count as data too); forward, backward, and
+  // what runs before the optimizer (clipping, the schedule: "rest") are marked by their hooks;
+  // DDP's exposed communication moves from backward to its own column; the step's end marks the
+  // optimizer. Epoch ends send the validation metrics to TensorBoard.
+  void on_epoch_begin(Trainer& trainer, int64_t epoch) override;
+  void on_batch_begin(Trainer& trainer, const data::Example& batch) override;
+  void on_after_forward(Trainer& trainer, const Tensor& loss) override;
+  void on_after_backward(Trainer& trainer) override;
+  void on_before_optimizer_step(Trainer& trainer) override;
+  void on_step_end(Trainer& trainer, const StepMetrics& step) override;
+  void on_epoch_end(Trainer& trainer, const EpochMetrics& metrics) override;
 
  private:
   void schedule_step();
   void finish_profile();
+  void add(Phase p, double s);
   using Clock = std::chrono::steady_clock;
   MonitorConfig config_;
   int rank_;
@@ -73,6 +94,10 @@ class RunMonitor {
   int64_t step_ = 0;
   Clock::time_point last_ = Clock::now(), step_start_ = last_, data_start_ = last_, window_start_ = last_;
   double phase_s_[static_cast<int>(Phase::kCount)] = {};
+  double total_s_[static_cast<int>(Phase::kCount)] = {};
+  double step_total_s_ = 0;
+  bool in_step_ = false;  // callback: a micro-batch of the step has arrived
+  double step_grad_norm_ = -1;  // callback: the step's gradient norm, when computed
   double comm_total_s_ = 0;
   int64_t window_steps_ = 0, window_samples_ = 0;
   double last_mfu_ = -1;

@@ -1,381 +1,88 @@
+// The main job through train::Trainer (see trainer.h): the flags become FitOptions and a strategy
+// (one process, DDP, ZeRO-1, pipeline), the run monitor and the progress lines become callbacks,
+// Fashion-MNIST becomes two loaders.
 #include "train/trainer.h"
 
-#include <chrono>
-#include <cmath>
 #include <cstdlib>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "core/generator.h"
 #include "core/parallel.h"
 #include "data/dataloader.h"
-#include "data/mnist.h"
 #include "distributed/backend/gloo_backend.h"
 #include "distributed/backend/init.h"
 #include "distributed/backend/job_env.h"
 #include "distributed/data_parallel/ddp.h"
-#include "distributed/data_parallel/scaler_sync.h"
 #include "distributed/data_parallel/zero.h"
 #include "distributed/debug/traced_process_group.h"
 #include "models/build_model.h"
-#include "nn/nn.h"
-#include "train/checkpoint.h"
-#include "train/distributed_checkpoint.h"
-#include "train/graph_step.h"
+#include "profiler/memory.h"
+#include "train/epoch_log.h"
 #include "train/mixed_precision.h"
 #include "train/pipeline_trainer.h"
 #include "train/run_monitor.h"
 #include "train/train_parts.h"
-#include "train/zero_checkpoint.h"
-#include "optim/lr_scheduler.h"
-#include "profiler/memory.h"
 
 namespace kiln::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-
-/// Mean loss and accuracy over a dataset, in eval mode without recording. With a process
-/// group, each rank evaluates its contiguous slice and the sums are all-reduced.
-std::pair<double, double> evaluate(nn::Module& model, const std::shared_ptr<data::TensorDataset>& ds,
-                                   Device device, dist::ProcessGroup* pg) {
-  NoGradGuard g;
-  model.eval();
-  std::shared_ptr<data::Dataset> part = ds;
-  if (pg != nullptr) {
-    int64_t n = ds->size(), lo = n * pg->rank() / pg->size(), hi = n * (pg->rank() + 1) / pg->size();
-    part = std::make_shared<data::TensorDataset>(ds->data().narrow(0, lo, hi - lo), ds->targets().narrow(0, lo, hi - lo));
-  }
-  data::DataLoader loader(part, {.batch_size = 1000, .shuffle = false});
-  double loss_sum = 0;
-  int64_t correct = 0, n = 0;
-  for (data::Example& b : loader) {
-    Tensor x = b.data.to(device), y = b.target.to(device);
-    Tensor logits = model.forward(x);
-    loss_sum += nn::functional::cross_entropy(logits, y, nn::functional::Reduction::sum).item<double>();
-    correct += (logits.argmax(1) == y).sum().item<int64_t>();
-    n += y.size(0);
-  }
-  model.train();
-  if (pg != nullptr) {
-    Tensor sums = tensor({loss_sum, static_cast<double>(correct), static_cast<double>(n)}, dtype(kFloat64));
-    pg->allreduce(sums)->wait();
-    auto v = sums.to_vector<double>();
-    return {v[0] / v[2], v[1] / v[2]};
-  }
-  return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
-}
-
-}  // namespace
-
-namespace {
-
-/// The main job in one process or data parallel, in the parts PyTorch's C++ MNIST example has:
-/// set-up (the constructor, in the order below), one epoch of training, the end of an epoch
-/// (reduced loss, evaluation, checkpoint), and the checkpoint itself.
-class Run {
- public:
-  Run(const TrainConfig& config, std::ostream& log);
-  TrainResult train();
-
- private:
-  void build_model();         // model, mixed precision and (without ZeRO) the optimizer
-  void join_process_group();  // --ddp: ranks of the launcher, srun or mpirun; traced, clock aligned
-  void resume();              // --resume / --auto-resume (under ZeRO: in wrap_data_parallel)
-  void wrap_data_parallel();  // DDP, and ZeRO-1's sharded optimizer over it
-  void make_loader();         // sampler, loader, schedule, monitor, step checkpoints
-  /// --cuda-graph: the step that warms up eagerly, then is captured and replayed.
-  void make_graphed_step();
-  /// One eager step on a batch already on the device; returns the loss (not read).
-  Tensor eager_step(nn::Module& net, const Tensor& x, const Tensor& y, RunMonitor& monitor);
-  /// Trains epoch `epoch` from batch `first_batch`; false when the run stops inside it.
-  bool train_epoch(int64_t epoch, int64_t first_batch);
-  void finish_epoch(int64_t epoch, const EpochProgress& progress);
-  /// Everything a resumed step needs is in `state_` (position, generator, scaler) or a closed
-  /// form of the step (the schedule), so a checkpoint may be taken after any step.
-  void save(int64_t epoch, int64_t batch);
-  std::ostream& out() { return rank_ == 0 ? log_ : quiet_; }  // only rank 0 speaks
-
-  TrainConfig c_;
-  std::ostream& log_;
-  std::ostream quiet_{nullptr};
-  Datasets sets_;
-  nn::ModulePtr<> model_;  // models::build_model(c_.model)
-  MixedPrecision mp_;
-  std::unique_ptr<optim::Optimizer> opt_;
-  std::shared_ptr<dist::ProcessGroup> pg_;
-  int rank_ = 0, world_ = 1;
-  train::TrainingState state_;
-  std::unique_ptr<dist::DistributedDataParallel> ddp_;
-  dist::ZeroRedundancyOptimizer* zero_ = nullptr;  // opt_, when --zero 1
-  std::unique_ptr<data::DataLoader> loader_;
-  std::unique_ptr<optim::CosineAnnealingLR> cosine_;
-  std::unique_ptr<RunMonitor> monitor_;
-  std::unique_ptr<StepCheckpoints> checkpoints_;
-  std::unique_ptr<GraphedStep> graphed_;  // --cuda-graph
-  TrainResult r_;
-  double train_seconds_ = 0;
-  int64_t samples_ = 0, run_steps_ = 0;
-};
-
-Run::Run(const TrainConfig& config, std::ostream& log)
-    : c_(config), log_(log), mp_(config.amp, config.amp_mode) {
-  profiler::track_memory();  // first: the peak counts every tensor of the run
-  if (c_.ddp) c_.device = rank_device(c_, "--ddp");
-  if (c_.threads > 0) set_num_threads(c_.threads);
-  sets_ = load_datasets(c_);
-  build_model();
-  join_process_group();
-  resume();
-  wrap_data_parallel();
-  make_loader();
-  make_graphed_step();
-}
-
-void Run::build_model() {
-  manual_seed(static_cast<uint64_t>(c_.seed));
-  model_ = models::build_model(c_.model, {.dropout = c_.dropout, .width = c_.width});
-  model_->to(c_.device);
-  mp_.prepare_model(*model_);
-  KILN_CHECK(c_.zero == 0 || c_.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c_.zero);
-  KILN_CHECK(c_.zero == 0 || c_.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
-  // Under ZeRO the optimizer wraps the shards DDP's reducer makes: it is built after DDP.
-  if (c_.zero == 0) {
-    opt_ = make_optimizer(c_, model_->parameters());
-    mp_.prepare_optimizer(*opt_);
-  }
-}
-
-void Run::join_process_group() {
-  if (!c_.ddp) return;
+/// --ddp and --pipeline-stages: the ranks of the launcher, srun or mpirun; traced (the flight recorder keeps the last
+/// collectives, and a profiled run draws them on each rank's communication track) on a clock
+/// aligned here.
+std::shared_ptr<dist::ProcessGroup> join_process_group(const TrainConfig& c) {
   dist::apply_scheduler_env();  // srun / mpirun: their variables give RANK, WORLD_SIZE, ...
   KILN_CHECK(std::getenv("WORLD_SIZE") != nullptr,
              "--ddp: WORLD_SIZE is not set; start the ranks with `tools/bazel run //distributed/launch -- "
              "--nproc-per-node N -- <mnist binary> --ddp ...` (or srun, or mpirun)");
-  // Traced: the flight recorder keeps the last collectives (dumped on failure or SIGUSR1) and a
-  // profiled run draws them on each rank's communication track, on a clock aligned here.
-  pg_ = dist::trace_process_group(dist::init_process_group(
-      {.backend = c_.device.is_cuda() ? "nccl" : "gloo",
-       .timeout = std::chrono::milliseconds(static_cast<int64_t>(c_.timeout_s * 1000))}));
-  dist::align_profiler_clock(*pg_);
-  rank_ = pg_->rank();
-  world_ = pg_->size();
+  std::shared_ptr<dist::ProcessGroup> pg = dist::trace_process_group(dist::init_process_group(
+      {.backend = c.device.is_cuda() ? "nccl" : "gloo",
+       .timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000))}));
+  dist::align_profiler_clock(*pg);
+  return pg;
 }
 
-void Run::resume() {
-  if (c_.auto_resume && c_.resume.empty() && std::filesystem::exists(c_.save)) c_.resume = c_.save;
-  if (c_.resume.empty() || c_.zero != 0) return;
-  state_ = pg_ ? dist::load_checkpoint(*pg_, c_.resume, *model_, opt_.get())
-               : train::load_checkpoint(c_.resume, *model_, opt_.get());
-  mp_.load(state_);
-  out() << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c_.resume, state_.epoch, state_.batch,
-                       state_.step);
+FitOptions fit_options(const TrainConfig& c, std::shared_ptr<dist::ProcessGroup> pg, const data::Dataset& train,
+                       std::ostream& log) {
+  FitOptions o;
+  o.epochs = c.epochs;
+  o.optimizer = c.optimizer;
+  o.lr = c.lr;
+  o.schedule = c.schedule;
+  o.precision = c.amp;
+  o.master_weights = c.amp_mode == AmpMode::o2;
+  o.log_every = 0;  // EpochLog writes the main job's lines
+  o.log = &log;
+  o.epoch_lines = false;
+  o.checkpoint = c.save;
+  o.save_every = c.save_every;
+  o.resume = c.auto_resume;  // a plain --save run starts afresh and overwrites
+  o.resume_from = c.resume;
+  o.stop_after_steps = c.stop_after_steps;
+  o.stop_after_epochs = c.stop_after_epochs;
+  o.handle_preemption = true;
+  o.cuda_graph = c.cuda_graph;
+  o.device = c.device;
+  if (c.pipeline_stages > 1)
+    o.strategy = pipeline_strategy(c, std::move(pg), train);  // one stage per rank (x replicas with --ddp)
+  else if (pg)
+    o.strategy = DataParallel{.zero_stage = c.zero, .zero_checkpoint = c.zero_checkpoint, .timeout_s = c.timeout_s,
+                              .group = std::move(pg)};
+  return o;
 }
 
-void Run::wrap_data_parallel() {
-  if (!pg_) return;
-  // After loading, so every rank starts from rank 0's (identical) checkpoint. Every rank must
-  // make the same skip-or-step decision: under plain DDP it does without an all-reduce of the
-  // scaler's flag (identical averaged gradients make an inf anywhere an inf everywhere; ddp_test
-  // checks it); ZeRO, whose ranks check different shards, shares it.
-  ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, pg_);
-  out() << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", world_,
-                       pg_->backend(), ddp_->bucket_names().size(), c_.batch_size);
-  dist::ProcessGroup* backend = pg_.get();  // the group under the flight recorder's wrapper
+/// The data-parallel banners: ranks, buckets, the all-reduce path and ZeRO-1's sharding.
+void announce_data_parallel(Trainer& trainer, const TrainConfig& c, std::ostream& out) {
+  dist::ProcessGroup* pg = trainer.process_group();
+  if (trainer.ddp() == nullptr) return;  // one process, or a pipeline (it has its own banner)
+  out << fmt::format("data parallel: {} ranks ({}), {} gradient buckets, batch {} per rank\n", pg->size(),
+                     pg->backend(), trainer.ddp()->bucket_names().size(), c.batch_size);
+  dist::ProcessGroup* backend = pg;  // the group under the flight recorder's wrapper
   if (auto* traced = dynamic_cast<dist::TracedProcessGroup*>(backend)) backend = &traced->inner();
-  if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(backend)) out() << "all-reduce: " << gloo->allreduce_path() << "\n";
-  if (c_.zero != 1) return;
-  auto z = std::make_unique<dist::ZeroRedundancyOptimizer>(
-      *ddp_, [&](std::vector<optim::ParamGroup> groups) { return make_optimizer(c_, std::move(groups)); });
-  mp_.prepare_optimizer(z->inner());         // o2 master weights: f32 copies of this rank's shards only
-  dist::share_found_inf(mp_.scaler(), pg_);  // each rank checks only its shard's gradients
-  if (!c_.resume.empty()) {
-    state_ = dist::load_zero_checkpoint(c_.resume, *model_, *z);
-    mp_.load(state_);
-    out() << fmt::format("resumed from {} at epoch {} batch {} (step {})\n", c_.resume, state_.epoch, state_.batch,
-                         state_.step);
-  }
-  out() << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
-                       z->reducer().buckets().size(), world_);
-  zero_ = z.get();
-  opt_ = std::move(z);
-}
-
-void Run::make_loader() {
-  data::DataLoaderOptions lo{.batch_size = c_.batch_size, .shuffle = !pg_, .drop_last = false,
-                             .num_workers = c_.workers, .seed = static_cast<uint64_t>(c_.seed)};
-  if (pg_)
-    lo.sampler = std::make_shared<data::DistributedSampler>(sets_.train->size(), rank_, world_, /*shuffle=*/true,
-                                                            static_cast<uint64_t>(c_.seed));
-  loader_ = std::make_unique<data::DataLoader>(sets_.train, lo);
-  // The schedule is a closed form of the global step, so a resumed run continues it exactly.
-  cosine_ = std::make_unique<optim::CosineAnnealingLR>(*opt_, std::max<int64_t>(c_.epochs * loader_->size(), 1));
-  // FLOPs of one sample's forward, counted by the profiler's kernel hooks; in eval mode, so that
-  // BatchNorm's running statistics (a resumed run's included) are not moved by this sample.
-  model_->eval();
-  const double flops = forward_flops([&] {
-    amp::AutocastGuard autocast = mp_.autocast();
-    model_->forward(sets_.train->get_batch({0}).data.to(c_.device));
-  });
-  model_->train();
-  monitor_ = std::make_unique<RunMonitor>(monitor_config(c_), rank_, flops, c_.device.is_cuda(), out());
-  profiler::reset_peak(c_.device.type);
-  checkpoints_ = std::make_unique<StepCheckpoints>(c_, pg_.get());
-}
-
-void Run::make_graphed_step() {
-  if (!c_.cuda_graph) return;  // train() has checked that the run can be replayed
-  opt_->set_lr(c_.lr);  // constant: the captured step keeps it
-  graphed_ = std::make_unique<GraphedStep>(c_.device, c_.batch_size, [this](const Tensor& x, const Tensor& y) {
-    Tensor loss;
-    {
-      amp::AutocastGuard autocast = mp_.autocast();
-      loss = nn::functional::cross_entropy((*model_)(x), y);
-    }
-    opt_->zero_grad(/*set_to_none=*/false);  // in place: replays write the gradients the capture saw
-    mp_.backward(loss);
-    mp_.step(*opt_);
-    return loss;
-  });
-  out() << fmt::format("cuda graph: {} eager warm-up steps, then one captured step replayed per full batch of {}\n",
-                       GraphedStep::kWarmupSteps, c_.batch_size);
-}
-
-Tensor Run::eager_step(nn::Module& net, const Tensor& x, const Tensor& y, RunMonitor& monitor) {
-  Tensor loss;
-  {
-    profiler::RecordFunction range("forward");
-    amp::AutocastGuard autocast = mp_.autocast();
-    loss = nn::functional::cross_entropy(net(x), y);
-  }
-  monitor.mark(Phase::kForward);
-  {
-    profiler::RecordFunction range("backward");
-    opt_->zero_grad();
-    mp_.backward(loss);
-  }
-  monitor.mark(Phase::kBackward);
-  if (ddp_) monitor.comm(ddp_->stats().comm_seconds, ddp_->stats().exposed_seconds);
-  return loss;
-}
-
-bool Run::train_epoch(int64_t epoch, int64_t first_batch) {
-  // What the loop runs: the model, or the same model under data parallel (same names, same state).
-  nn::Module& net = ddp_ ? static_cast<nn::Module&>(*ddp_) : *model_;
-  RunMonitor& monitor = *monitor_;
-  loader_->set_epoch(epoch);
-  loader_->set_start_batch(first_batch);
-  int64_t batch_no = first_batch;
-  EpochProgress progress(epoch, loader_->size(), c_.log_every, out());
-  bool stop = false;
-  monitor.step_begin();
-  for (data::Example& batch : *loader_) {
-    monitor.data_ready();
-    const int64_t samples = batch.target.size(0) * world_;
-    const double lr = c_.schedule == "cosine" ? cosine_->lr_at(state_.step, c_.lr) : c_.lr;
-    double l = std::nan("");  // the step's loss, when read back
-    double gnorm = -1;
-    if (graphed_) {
-      // The whole step at once (its host time shows as "rest"); the loss stays on the device.
-      graphed_->run(batch.data, batch.target);
-      if (monitor.logs_this_step()) {
-        gnorm = grad_norm(model_->parameters());
-        l = graphed_->last_loss();
-      }
-    } else {
-      Tensor x = batch.data.to(c_.device), y = batch.target.to(c_.device);
-      Tensor loss = eager_step(net, x, y, monitor);
-      if (monitor.logs_this_step()) gnorm = grad_norm(model_->parameters());
-      {
-        profiler::RecordFunction range("optimizer");
-        opt_->set_lr(lr);
-        mp_.step(*opt_);
-      }
-      monitor.mark(Phase::kOptimizer);
-      l = loss.item<double>();
-      r_.step_losses.push_back(l);
-    }
-    ++state_.step;
-    ++run_steps_;
-    ++batch_no;
-    if (graphed_) progress.step_unread(samples, [&] { return std::isnan(l) ? graphed_->last_loss() : l; });
-    else progress.step(samples, l);
-    monitor.step_end(samples, l, lr, gnorm, mp_.scaler().scale());
-    const StepCheckpoints::Action act = checkpoints_->after_step(state_.step, run_steps_);
-    if (act.save) save(epoch, batch_no);
-    if (act.save && act.stop)
-      out() << fmt::format("saved {} at epoch {} batch {} (step {})\n", c_.save, epoch, batch_no, state_.step);
-    if ((stop = act.stop)) break;
-  }
-  if (graphed_) progress.add_loss_sum(graphed_->take_loss_sum());
-  train_seconds_ += progress.finish();
-  samples_ += progress.samples();
-  if (stop) {
-    r_.preempted = checkpoints_->preempted();
-    out() << (r_.preempted ? "preempted: stopped after step " : "stopped after step ") << state_.step << "\n";
-    return false;
-  }
-  finish_epoch(epoch, progress);
-  return true;
-}
-
-void Run::finish_epoch(int64_t epoch, const EpochProgress& progress) {
-  double epoch_loss = progress.mean_loss();
-  if (pg_) {
-    Tensor l = tensor({epoch_loss}, dtype(kFloat64));
-    pg_->allreduce(l, dist::ReduceOp::kAvg)->wait();
-    epoch_loss = l.item<double>();
-  }
-  r_.epoch_train_loss.push_back(epoch_loss);
-  // Evaluated as it trains: under autocast (an o2 model also needs its f32 inputs cast down).
-  auto [test_loss, test_acc] = [&] {
-    amp::AutocastGuard autocast = mp_.autocast();
-    return evaluate(*model_, sets_.test, c_.device, pg_.get());
-  }();
-  r_.test_loss = test_loss;
-  r_.test_accuracy = test_acc;
-  monitor_->test_metrics(test_loss, test_acc, state_.step);
-  ++r_.epochs_done;
-  progress.done(r_.epoch_train_loss.back(), test_loss, test_acc);
-  if (!c_.save.empty()) save(epoch + 1, 0);
-}
-
-void Run::save(int64_t epoch, int64_t batch) {
-  const auto t0 = Clock::now();
-  state_.epoch = epoch;
-  state_.batch = batch;
-  state_.rng = default_generator().state();
-  mp_.save(state_);
-  if (zero_)
-    dist::save_zero_checkpoint(c_.save, *model_, *zero_, state_,
-                               c_.zero_checkpoint == "sharded" ? dist::ZeroCheckpointKind::kSharded
-                                                               : dist::ZeroCheckpointKind::kConsolidated);
-  else if (pg_)
-    dist::save_checkpoint(*pg_, c_.save, *model_, opt_.get(), state_);  // rank 0 writes, the others wait
-  else
-    train::save_checkpoint(c_.save, *model_, opt_.get(), state_);
-  ++r_.checkpoints;
-  r_.checkpoint_seconds += seconds_since(t0);
-}
-
-TrainResult Run::train() {
-  const auto start = Clock::now();
-  const int64_t first_epoch = state_.epoch;
-  const int64_t last_epoch =
-      c_.stop_after_epochs > 0 ? std::min(c_.epochs, first_epoch + c_.stop_after_epochs) : c_.epochs;
-  for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch)
-    if (!train_epoch(epoch, epoch == first_epoch ? state_.batch : 0)) break;
-  r_.steps = state_.step;
-  r_.wall_seconds = seconds_since(start);
-  r_.samples_per_sec = train_seconds_ > 0 ? static_cast<double>(samples_) / train_seconds_ : 0;
-  r_.skipped_steps = mp_.skipped_steps();
-  r_.peak_memory_bytes = profiler::memory_counters(c_.device.type).peak;
-  r_.mfu = monitor_->mfu();
-  r_.rank = rank_;
-  r_.world_size = world_;
-  r_.graph_replays = graphed_ ? graphed_->replays() : 0;
-  return r_;
+  if (auto* gloo = dynamic_cast<dist::ProcessGroupGloo*>(backend)) out << "all-reduce: " << gloo->allreduce_path() << "\n";
+  if (auto* z = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&trainer.optimizer()))
+    out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
+                       z->reducer().buckets().size(), pg->size());
 }
 
 }  // namespace
@@ -388,8 +95,107 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              "--pipeline-stages {} splits a Sequential model into stages (mlp, cnn); --model {} is not one: "
              "train it in one process or with --ddp",
              config.pipeline_stages, config.model);
-  if (config.pipeline_stages > 1) return train_pipeline(config, log);
-  return Run(config, log).train();
+  TrainConfig c = config;
+  profiler::track_memory();  // first: the peak counts every tensor of the run
+  const MixedPrecision mp(c.amp, c.amp_mode);  // refuses o2 without f16/bf16, naming both
+  KILN_CHECK(c.zero == 0 || c.zero == 1, "--zero {}: only stage 1 (optimizer state sharding) exists", c.zero);
+  KILN_CHECK(c.zero == 0 || c.ddp, "--zero 1 shards the optimizer state over data-parallel ranks: add --ddp");
+  const bool pipelined = c.pipeline_stages > 1;
+  if (pipelined) check_pipeline_launch(c);
+  if (c.ddp || pipelined) c.device = rank_device(c, pipelined ? "--pipeline-stages" : "--ddp");
+  if (c.threads > 0) set_num_threads(c.threads);
+  const Datasets sets = load_datasets(c);
+  manual_seed(static_cast<uint64_t>(c.seed));
+  nn::ModulePtr<> model = models::build_model(c.model, {.dropout = c.dropout, .width = c.width});
+  std::shared_ptr<dist::ProcessGroup> pg = c.ddp || pipelined ? join_process_group(c) : nullptr;
+  const int rank = pg ? pg->rank() : 0;
+  // Ranks that read different data: all of them, or a pipeline's replicas.
+  const int replicas = pg ? pg->size() / c.pipeline_stages : 1;
+  std::ostream quiet(nullptr);
+  std::ostream& out = rank == 0 ? log : quiet;  // only rank 0 speaks
+  Trainer trainer(model, fit_options(c, pg, *sets.train, log));
+  announce_data_parallel(trainer, c, out);
+  const int64_t rows = data::DistributedSampler(sets.train->size(), 0, replicas, true, c.seed).size();
+  const bool drop_last = pipelined && pipeline_drops_last_batch(c, rows);
+  if (drop_last)  // the pipeline cannot split it; say so rather than fail at the end of the epoch
+    out << fmt::format(
+        "pipeline: each epoch's last batch of {} images does not split into {} micro-batches; it is left out\n",
+        rows % c.batch_size, c.micro_batches);
+
+  // The loaders: shuffled by the seed (under --ddp the Trainer gives each rank, or each pipeline
+  // replica, its DistributedSampler share); the test set in fixed batches of 1000.
+  data::DataLoader train_loader(sets.train, {.batch_size = c.batch_size, .shuffle = true, .drop_last = drop_last,
+                                             .num_workers = c.workers, .seed = static_cast<uint64_t>(c.seed)});
+  data::DataLoader test_loader(sets.test, {.batch_size = 1000, .shuffle = false});
+  auto epoch_log = std::make_shared<EpochLog>(drop_last ? rows / c.batch_size : (rows + c.batch_size - 1) / c.batch_size,
+                                              c.log_every, out);
+
+  // FLOPs of one sample's forward, counted by the profiler's kernel hooks; in eval mode, so that
+  // BatchNorm's running statistics are not moved by this sample. Not for a pipeline's stage
+  // (0: no MFU shown).
+  nn::Module& net = trainer.model();
+  double flops = 0;
+  if (!pipelined) {
+    net.eval();
+    flops = forward_flops([&] {
+      amp::AutocastGuard autocast = mp.autocast();
+      net.forward(sets.train->get_batch({0}).data.to(c.device));
+    });
+    net.train();
+  }
+  auto monitor = std::make_shared<RunMonitor>(monitor_config(c), rank, flops, c.device.is_cuda(), out);
+  trainer.add_callback(epoch_log);  // first: its line precedes the monitor's breakdown
+  trainer.add_callback(monitor);
+  profiler::reset_peak(c.device.type);
+
+  const FitResult f = trainer.fit(train_loader, &test_loader);
+  TrainResult r;
+  r.epoch_train_loss = epoch_log->epoch_train_loss();
+  r.step_losses = f.step_losses;
+  r.graph_replays = f.graph_replays;
+  r.test_loss = epoch_log->test_loss();
+  r.test_accuracy = epoch_log->test_accuracy();
+  r.samples_per_sec = f.samples_per_sec;
+  r.wall_seconds = f.seconds;
+  r.epochs_done = static_cast<int64_t>(f.epochs.size());
+  r.skipped_steps = f.skipped_steps;
+  r.rank = f.rank;
+  r.world_size = f.world_size;
+  r.preempted = f.preempted;
+  r.steps = f.steps;
+  r.checkpoints = f.checkpoints;
+  r.checkpoint_seconds = f.checkpoint_seconds;
+  r.dropped_batches = drop_last ? 1 : 0;
+  r.peak_memory_bytes = profiler::memory_counters(c.device.type).peak;
+  r.mfu = monitor->mfu();
+  return r;
+}
+
+std::string cuda_graph_problem(const TrainConfig& c) {
+  if (!c.cuda_graph) return {};
+  if (!c.device.is_cuda())
+    return fmt::format("--cuda-graph needs a CUDA device (--device cuda); this run is on {}", c.device);
+  if (c.ddp || c.pipeline_stages > 1)
+    return "--cuda-graph runs in one process: not with --ddp or --pipeline-stages (their communication is not "
+           "captured)";
+  if (c.amp == Precision::f16)
+    return "--cuda-graph: --amp f16's loss scaling decides on the host whether to skip each step; use --amp bf16 "
+           "or none";
+  if (c.optimizer != Optimizer::sgd)
+    return fmt::format("--cuda-graph: --optimizer {} counts its steps on the host (bias correction), which a replay "
+                       "would freeze; use --optimizer sgd",
+                       name_of(kOptimizerNames, c.optimizer));
+  if (c.schedule != Schedule::constant)
+    return fmt::format("--cuda-graph replays the optimizer step with the learning rate it was captured with: "
+                       "--schedule {} needs a new one each step; use --schedule constant",
+                       name_of(kScheduleNames, c.schedule));
+  if (c.dropout > 0)
+    return fmt::format("--cuda-graph: --dropout {} needs a new random mask each step, and a replay repeats the "
+                       "captured one",
+                       c.dropout);
+  if (!c.profile_dir.empty())
+    return "--cuda-graph: --profile times each kernel with events, which cannot be recorded inside a graph";
+  return {};
 }
 
 MonitorConfig monitor_config(const TrainConfig& c) {
@@ -407,9 +213,9 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"device", c.device.str()},
       {"epochs", c.epochs},
       {"batch_size", c.batch_size},
-      {"optimizer", c.optimizer},
+      {"optimizer", name_of(kOptimizerNames, c.optimizer)},
       {"lr", c.lr},
-      {"schedule", c.schedule},
+      {"schedule", name_of(kScheduleNames, c.schedule)},
       {"amp", MixedPrecision(c.amp, c.amp_mode).describe()},
       {"threads", get_num_threads()},
       {"world_size", r.world_size},

@@ -1,14 +1,41 @@
-// The main job's training loop, apart from flag parsing so tests can run it directly.
+// The main job (//examples:mnist, //examples:resnet) as one call: the flags' settings in
+// TrainConfig (typed: the flag parser converts the names once, with the tables below), turned into
+// train::Trainer options, a strategy (one process, --ddp, --zero 1, --pipeline-stages with
+// train/pipeline_trainer.h's flags), callbacks and loaders (train/fit.h), and trained there.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
+#include "train/fit.h"
 
 namespace kiln::train {
+
+/// The flag spellings of the typed settings: one table per enum, which the flag parser and the
+/// closing JSON line both read.
+template <class E>
+using NameTable = std::vector<std::pair<std::string, E>>;
+inline const NameTable<Optimizer> kOptimizerNames = {
+    {"sgd", Optimizer::sgd}, {"adam", Optimizer::adam}, {"adamw", Optimizer::adamw}};
+inline const NameTable<Schedule> kScheduleNames = {{"cosine", Schedule::cosine}, {"constant", Schedule::constant}};
+inline const NameTable<Precision> kAmpNames = {
+    {"none", Precision::f32}, {"f16", Precision::f16}, {"bf16", Precision::bf16}};
+inline const NameTable<AmpMode> kAmpModeNames = {{"o1", AmpMode::o1}, {"o2", AmpMode::o2}};
+inline const NameTable<ZeroCheckpoint> kZeroCheckpointNames = {
+    {"consolidated", ZeroCheckpoint::consolidated}, {"sharded", ZeroCheckpoint::sharded}};
+
+/// The name of `value` in `table`.
+template <class E>
+const std::string& name_of(const NameTable<E>& table, E value) {
+  for (const auto& [name, v] : table)
+    if (v == value) return name;
+  fail("name_of: value {} is not in the table", static_cast<int>(value));
+}
 
 struct TrainConfig {
   /// "mlp", "cnn" or "resnet18" (models/build_model.h; ResNet-18 gets the images padded to 32x32).
@@ -18,9 +45,9 @@ struct TrainConfig {
   int64_t epochs = 3;
   int64_t batch_size = 128;
   double lr = 0.05;
-  std::string optimizer = "sgd";
-  /// "cosine": lr decays from `lr` to 0 over the whole run, per step; "constant".
-  std::string schedule = "cosine";
+  Optimizer optimizer = Optimizer::sgd;  // sgd: with momentum 0.9; adamw: weight decay 0.01
+  /// cosine: lr decays from `lr` to 0 over the whole run, per step.
+  Schedule schedule = Schedule::cosine;
   int64_t seed = 0;
   int threads = 0;  // 0: all cores
   Device device;
@@ -48,11 +75,10 @@ struct TrainConfig {
   /// data set is in memory and a batch is one index_select, while a worker thread would compete
   /// with the compute threads for the cores.
   int workers = 0;
-  /// Mixed precision: "none", "f16" or "bf16" (train/mixed_precision.h). f16 adds dynamic
-  /// loss scaling.
-  std::string amp = "none";
-  /// "o1": the f32 model under autocast; "o2": the model in f16/bf16 with f32 master weights.
-  std::string amp_mode = "o1";
+  /// Mixed precision (train/mixed_precision.h): f16 adds dynamic loss scaling.
+  Precision amp = Precision::f32;
+  /// o1: the f32 model under autocast; o2: the model in f16/bf16 with f32 master weights.
+  AmpMode amp_mode = AmpMode::o1;
   /// Data parallel over the ranks of the job (started by //distributed/launch): each rank
   /// trains on its DistributedSampler shard with `batch_size` per rank, gradients all-reduced
   /// by DistributedDataParallel (Gloo on CPU). Rank 0 logs, evaluates the reduced test metrics
@@ -62,9 +88,9 @@ struct TrainConfig {
   /// (dist::ZeroRedundancyOptimizer: gradients reduce-scattered, parameters all-gathered).
   /// Checkpoints are saved consolidated, so an unsharded run resumes them and vice versa.
   int zero = 0;
-  /// How --zero 1 saves: "consolidated" (one ordinary checkpoint) or "sharded" (each rank writes
-  /// its part of the optimizer state beside the file; resumes only at the same world size).
-  std::string zero_checkpoint = "consolidated";
+  /// How --zero 1 saves: consolidated (one ordinary checkpoint) or sharded (each rank writes its
+  /// part of the optimizer state beside the file; resumes only at the same world size).
+  ZeroCheckpoint zero_checkpoint = ZeroCheckpoint::consolidated;
   /// Pipeline parallel (train/pipeline_trainer.h): the model split into this many stages, one
   /// per rank of the job (with `ddp`, world = stages x replicas); 1: no pipeline.
   int pipeline_stages = 1;
@@ -116,8 +142,14 @@ struct TrainResult {
 struct MonitorConfig;
 MonitorConfig monitor_config(const TrainConfig& c);
 
-/// Trains as configured, writing progress lines to `log`. Throws kiln::Error on bad data or
-/// checkpoints.
+/// Why `c` cannot train with --cuda-graph ("" when it can, or when --cuda-graph is off), naming
+/// the flags.
+std::string cuda_graph_problem(const TrainConfig& c);
+
+/// Trains as configured through train::Trainer, writing progress lines to `log`: one process,
+/// --ddp, --zero 1, or --pipeline-stages (one checkpoint file per stage; --resume X --save Y
+/// continues from X's stage files and writes Y's). Throws kiln::Error on bad data, checkpoints or
+/// a launch that does not fit the flags.
 TrainResult train(const TrainConfig& config, std::ostream& log);
 
 /// The closing JSON line: model, device, epochs, train_loss, test_accuracy, samples_per_sec, ...

@@ -21,6 +21,15 @@ namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+/// The setting of a flag name (what the flag parser does once).
+template <class E>
+E named(const train::NameTable<E>& table, const std::string& name) {
+  for (const auto& [n, value] : table)
+    if (n == name) return value;
+  FAIL("no setting named " << name);
+  return table.front().second;
+}
+
 train::TrainConfig config(const fs::path& dir, const std::string& amp, const std::string& mode = "o1") {
   train::TrainConfig c;
   c.model = "mlp";
@@ -30,8 +39,8 @@ train::TrainConfig config(const fs::path& dir, const std::string& amp, const std
   c.lr = 0.05;
   c.log_every = 1000;
   c.device = kCPU;
-  c.amp = amp;
-  c.amp_mode = mode;
+  c.amp = named(train::kAmpNames, amp);
+  c.amp_mode = named(train::kAmpModeNames, mode);
   return c;
 }
 
@@ -69,7 +78,7 @@ TEST_CASE("an f16 run with loss scaling resumes exactly, scaler state included")
     fs::path dir = test::make_data_dir();
     std::ostringstream log;
     auto c = config(dir, "f16", mode);
-    c.optimizer = "adam";
+    c.optimizer = train::Optimizer::adam;
     c.lr = 1e-3;
     train::TrainResult full = train::train(c, log);
 
@@ -93,7 +102,7 @@ TEST_CASE("an f16 run with loss scaling resumes exactly, scaler state included")
 
     // Resuming it with another setting is refused, naming both.
     auto other = c;
-    other.amp = "bf16";
+    other.amp = train::Precision::bf16;
     other.resume = ckpt.string();
     const std::string msg = error_of(other);
     CHECK_MESSAGE(msg.find("'f16/" + mode + "'") != std::string::npos, msg);
@@ -102,9 +111,9 @@ TEST_CASE("an f16 run with loss scaling resumes exactly, scaler state included")
 }
 
 TEST_CASE("bad mixed-precision settings are refused, naming the value") {
+  // Unknown names (fp8, o3) are the flag parser's to refuse (tests/examples/mnist_flags_test.sh);
+  // a typed setting can still pair o2 with f32.
   fs::path dir = test::make_data_dir();
-  CHECK(error_of(config(dir, "fp8")).find("must be one of none|f16|bf16, got 'fp8'") != std::string::npos);
-  CHECK(error_of(config(dir, "bf16", "o3")).find("must be one of o1|o2, got 'o3'") != std::string::npos);
   CHECK(error_of(config(dir, "none", "o2")).find("o2") != std::string::npos);
 }
 

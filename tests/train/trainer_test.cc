@@ -65,7 +65,7 @@ TEST_CASE("the same seed gives bit-identical losses, and resume continues a run 
   fs::path dir = make_data_dir();
   std::ostringstream log;
   auto c = config(dir, "mlp");
-  c.optimizer = "adam";
+  c.optimizer = train::Optimizer::adam;
   c.lr = 1e-3;
   train::TrainResult full = train::train(c, log);
   train::TrainResult again = train::train(c, log);
@@ -103,7 +103,7 @@ TEST_CASE("a run interrupted mid-epoch and resumed ends bit-identical to an unin
   fs::path dir = make_data_dir();
   std::ostringstream log;
   auto c = config(dir, "mlp");  // 640 images, batch 64: 10 steps per epoch, 2 epochs
-  c.optimizer = "adam";
+  c.optimizer = train::Optimizer::adam;
   c.lr = 1e-3;
   c.dropout = 0.2;
   c.save = (dir / "full.safetensors").string();
@@ -149,7 +149,7 @@ TEST_CASE("mid-epoch resume under f16 loss scaling continues the scaler exactly"
   std::ostringstream log;
   auto c = config(dir, "mlp");
   c.epochs = 1;
-  c.amp = "f16";
+  c.amp = train::Precision::f16;
   c.save = (dir / "amp_full.safetensors").string();
   train::TrainResult full = train::train(c, log);
   auto part = c;
@@ -171,19 +171,19 @@ TEST_CASE("--cuda-graph refuses what a replay cannot do, naming the flag") {
   c.cuda_graph = true;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("--cuda-graph needs a CUDA device"), kiln::Error);
   c.device = Device(DeviceType::CUDA, 0);  // checked before any CUDA work: runs without a GPU
-  c.schedule = "constant";
-  c.optimizer = "adam";
+  c.schedule = train::Schedule::constant;
+  c.optimizer = train::Optimizer::adam;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("use --optimizer sgd"), kiln::Error);
-  c.optimizer = "sgd";
-  c.schedule = "cosine";
+  c.optimizer = train::Optimizer::sgd;
+  c.schedule = train::Schedule::cosine;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("use --schedule constant"), kiln::Error);
-  c.schedule = "constant";
+  c.schedule = train::Schedule::constant;
   c.dropout = 0.1;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("new random mask each step"), kiln::Error);
   c.dropout = 0;
-  c.amp = "f16";
+  c.amp = train::Precision::f16;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("loss scaling"), kiln::Error);
-  c.amp = "none";
+  c.amp = train::Precision::f32;
   c.ddp = true;
   CHECK_THROWS_WITH_AS(train::train(c, log), doctest::Contains("not with --ddp"), kiln::Error);
 }
