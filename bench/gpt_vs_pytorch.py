@@ -4,8 +4,9 @@ and torch.compile, on this machine: same model, byte vocabulary, batch, sequence
 schedule and thread count. Runs are interleaved (kiln, eager, compile, kiln, ...); medians of
 training tokens/s (the first step excluded), tokens per CPU-second of the process (all its threads:
 steadier than wall time when other jobs share the cores, though it also counts threads that spin
-while waiting) and peak RSS are printed with Kiln's ratios, then one
-JSON line.
+while waiting), peak RSS and MFU are printed with Kiln's ratios, then one JSON line. MFU is the
+model's training FLOPs per second over this machine's measured GEMM peak: torch.matmul on
+2048 x 2048 f32 matrices at the same thread count, best of 5, measured before the runs.
 
   --quality-steps N    instead: one d6 run of N steps per framework (Kiln, PyTorch eager) with the
                        validation loss every --eval-every steps, both curves written as an SVG
@@ -67,6 +68,24 @@ def svg(curves, path, title):
     os.replace(tmp, path)
 
 
+PEAK_SCRIPT = """
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+best = float("inf")
+for i in range(7):
+    t = time.perf_counter(); torch.matmul(a, b); dt = time.perf_counter() - t
+    if i >= 2: best = min(best, dt)
+print(2 * 2048 ** 3 / best / 1e9)
+"""
+
+
+def gemm_peak_gflops(py, threads):
+    """The machine's measured f32 GEMM peak at `threads` threads (GFLOP/s)."""
+    out = subprocess.run([py, "-c", PEAK_SCRIPT, str(threads)], stdout=subprocess.PIPE, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--kiln-bin", required=True)
@@ -106,23 +125,28 @@ def main():
                                       "pytorch_curve": torch_run["val_curve"], "svg": a.svg})))
         return
 
+    peak = gemm_peak_gflops(py, a.threads)
+    print(f"GEMM peak (torch.matmul 2048^3 f32, {a.threads} threads): {peak:.1f} GFLOP/s", flush=True)
     timed = common + ["--max-steps", str(a.steps), "--eval-every", "0", "--eval-batches", "1",
                       "--warmup-steps", "2", "--log-every", str(a.steps)]
     rows = []
     for model in a.models.split(","):
         runs = {"kiln": [], "eager": [], "compile": []}
         for _ in range(a.repeats):
-            runs["kiln"].append(last_json([a.kiln_bin, "--model", model, "--sample-tokens", "0"] + timed))
+            runs["kiln"].append(last_json([a.kiln_bin, "--model", model, "--sample-tokens", "0",
+                                           "--peak-tflops", str(peak / 1000)] + timed))
             runs["eager"].append(last_json([py, a.pytorch_script, "--model", model] + timed))
             if not a.no_compile:
                 runs["compile"].append(last_json([py, a.pytorch_script, "--model", model, "--compile"] + timed))
         def med(k, key):
             return statistics.median(r[key] for r in runs[k])
         row = {"model": model, "batch": a.batch_size, "seq_len": a.seq_len, "threads": a.threads,
-               "kiln_mfu": med("kiln", "mfu")}
+               "gemm_peak_gflops": peak}
         for k in (k for k, v in runs.items() if v):
             row[f"{k}_tok_s"], row[f"{k}_tok_cpu_s"] = med(k, "tokens_per_sec"), med(k, "tokens_per_cpu_sec")
             row[f"{k}_rss_mb"] = med(k, "peak_rss_mb")
+            # The same model and tokens: the FLOPs per token are Kiln's count for all three.
+            row[f"{k}_mfu"] = med("kiln", "mfu") * row[f"{k}_tok_s"] / med("kiln", "tokens_per_sec")
             if k != "kiln":
                 row[f"kiln_vs_{k}"] = row["kiln_tok_s"] / row[f"{k}_tok_s"]
                 row[f"kiln_vs_{k}_cpu"] = row["kiln_tok_cpu_s"] / row[f"{k}_tok_cpu_s"]
@@ -130,7 +154,7 @@ def main():
         for k in (k for k, v in runs.items() if v):
             ratio = "" if k == "kiln" else f"  kiln x{row[f'kiln_vs_{k}']:.2f} (per CPU-second x{row[f'kiln_vs_{k}_cpu']:.2f})"
             print(f"{model} {k:8s} {row[f'{k}_tok_s']:8.0f} tok/s {row[f'{k}_tok_cpu_s']:8.0f} tok/CPU-s "
-                  f"{row[f'{k}_rss_mb']:6.0f} MB peak RSS{ratio}", flush=True)
+                  f"{row[f'{k}_rss_mb']:6.0f} MB peak RSS  MFU {100 * row[f'{k}_mfu']:4.1f} %{ratio}", flush=True)
     print(json.dumps(host.finish({"pytorch": label, "repeats": a.repeats, "rows": rows})))
 
 

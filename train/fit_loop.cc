@@ -32,6 +32,122 @@ struct Window {
   int64_t steps = 0, samples = 0;
 };
 
+/// Loads the checkpoint this run continues: `resume_from`, or with `resume` an existing
+/// `checkpoint` (under Pipeline a file per stage).
+void resume_if_asked(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  const FitOptions& o = t.options();
+  auto exists = [&](const std::string& path) {
+    return m.pipeline ? m.pipeline->stage_files_exist(path) : std::filesystem::exists(path);
+  };
+  if (!o.resume_from.empty()) {
+    KILN_CHECK(exists(o.resume_from), "Trainer: resume_from '{}' does not exist", o.resume_from);
+    load_fit_checkpoint(t, m, callbacks, o.resume_from);
+  } else if (o.resume && !o.checkpoint.empty() && exists(o.checkpoint)) {
+    load_fit_checkpoint(t, m, callbacks, o.checkpoint);
+  }
+}
+
+/// cuda_graph: the whole step (forward, backward, optimizer) captured after a few eager steps.
+void install_graphed_step(Trainer& t, Trainer::Impl& m, int64_t batch_size, std::ostream& out) {
+  m.graphed = std::make_unique<GraphedStep>(t.options().device, batch_size, [&t, &m](const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast = m.mp.autocast();
+      loss = fit_loss(t.options(), t.model()(x), y);
+    }
+    t.optimizer().zero_grad(/*set_to_none=*/false);  // in place: replays write the gradients the capture saw
+    m.mp.backward(loss);
+    m.mp.step(t.optimizer());
+    return loss;
+  });
+  out << fmt::format("cuda graph: {} eager warm-up steps, then one captured step replayed per full batch of {}\n",
+                     GraphedStep::kWarmupSteps, batch_size);
+}
+
+/// One loader batch's forward and backward, eager (not under cuda_graph), with the callbacks
+/// around them; `sync`: the step's last micro-batch (DDP all-reduces only then). Its loss: NaN on
+/// a pipeline's stages but the last.
+double train_micro_batch(Trainer& t, Trainer::Impl& m, nn::Module& net, const data::Example& batch, bool sync,
+                         int64_t group_n, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  const FitOptions& o = t.options();
+  if (m.pipeline) {
+    double loss;
+    {
+      profiler::RecordFunction range("pipeline_step");  // forward and backward, interleaved
+      loss = m.pipeline->train_step(o, batch, group_n);
+    }
+    const Tensor shown = std::isnan(loss) ? Tensor() : scalar_tensor(loss, dtype(kFloat64));
+    for (auto& cb : callbacks) cb->on_after_forward(t, shown);
+    for (auto& cb : callbacks) cb->on_after_backward(t);
+    return loss;
+  }
+  Tensor x = batch.data.to(o.device), y = batch.target.to(o.device);
+  std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
+  if (m.ddp && !sync) no_sync.emplace(*m.ddp);  // all-reduce once, on the last
+  Tensor loss;
+  {
+    profiler::RecordFunction range("forward");
+    amp::AutocastGuard autocast = m.mp.autocast();
+    loss = fit_loss(o, net(x), y);
+  }
+  for (auto& cb : callbacks) cb->on_after_forward(t, loss);
+  {
+    profiler::RecordFunction range("backward");
+    m.mp.backward(group_n > 1 ? loss / static_cast<double>(group_n) : loss);
+  }
+  for (auto& cb : callbacks) cb->on_after_backward(t);
+  return loss.item<double>();
+}
+
+/// The optimizer step after a group of micro-batches (not under cuda_graph): clipping (of the
+/// unscaled gradients under f16; over the shards or the stages), the schedule's lr, the hook, the
+/// step. Sets step.grad_norm when clipping.
+void optimizer_step(Trainer& t, Trainer::Impl& m, StepMetrics& step, optim::CosineAnnealingLR* cosine,
+                    int64_t total_steps, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  const FitOptions& o = t.options();
+  optim::Optimizer& opt = t.optimizer();
+  if (o.clip_grad_norm > 0) {
+    if (m.mp.scaler().is_enabled()) m.mp.scaler().unscale_(opt);  // clip the true gradients
+    step.grad_norm = m.pipeline ? m.pipeline->clip_grad_norm(o.clip_grad_norm)
+                     : m.zero   ? m.zero->clip_grad_norm_(o.clip_grad_norm)
+                                : optim::clip_grad_norm_(t.model().parameters(), o.clip_grad_norm);
+  }
+  if (cosine) opt.set_lr(cosine->lr_at(m.state.step, o.lr));
+  if (o.schedule == Schedule::warmup_cosine) opt.set_lr(scheduled_lr(o, m.state.step, total_steps));
+  for (auto& cb : callbacks) cb->on_before_optimizer_step(t);
+  profiler::RecordFunction range("optimizer");
+  m.mp.step(opt);
+}
+
+/// An epoch's metrics once its steps are done: the train loss (averaged over DataParallel's
+/// ranks), validation on `val` (with its callbacks) and the learning rate.
+EpochMetrics epoch_metrics(Trainer& t, Trainer::Impl& m, int64_t epoch, double train_loss, double seconds,
+                           data::DataLoader* val, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  EpochMetrics em{.epoch = epoch, .train_loss = train_loss, .seconds = seconds};
+  if (m.pg && !m.pipeline) {  // a pipeline's step losses are already every rank's
+    Tensor l = tensor({em.train_loss}, dtype(kFloat64));
+    m.pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
+    em.train_loss = l.item<double>();
+  }
+  if (val != nullptr) {
+    for (auto& cb : callbacks) cb->on_validation_begin(t);
+    const EvalMetrics ev = t.evaluate(*val);
+    for (auto& cb : callbacks) cb->on_validation_end(t);
+    em.val_loss = ev.loss;
+    em.val_accuracy = ev.accuracy;
+  }
+  em.lr = t.optimizer().lr();
+  return em;
+}
+
+/// "epoch E/N done: train_loss ... val_loss ... val_accuracy ... (S samples/s)".
+std::string epoch_line(const EpochMetrics& em, int64_t epochs, double samples_per_sec) {
+  std::string line = fmt::format("epoch {}/{} done: train_loss {:.4f}", em.epoch + 1, epochs, em.train_loss);
+  if (em.val_loss) line += fmt::format(" val_loss {:.4f}", *em.val_loss);
+  if (em.val_accuracy) line += fmt::format(" val_accuracy {:.4f}", *em.val_accuracy);
+  return line + fmt::format(" ({:.0f} samples/s)\n", samples_per_sec);
+}
+
 }  // namespace
 
 FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
@@ -43,18 +159,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   FitResult r;
   r.rank = m.rank;
   r.world_size = m.world;
-  // Under Pipeline a checkpoint is a file per stage.
-  auto exists = [&](const std::string& path) {
-    return m.pipeline ? m.pipeline->stage_files_exist(path) : std::filesystem::exists(path);
-  };
-  if (!m.resumed) {
-    if (!o.resume_from.empty()) {
-      KILN_CHECK(exists(o.resume_from), "Trainer: resume_from '{}' does not exist", o.resume_from);
-      load_fit_checkpoint(*this, m, callbacks_, o.resume_from);
-    } else if (o.resume && !o.checkpoint.empty() && exists(o.checkpoint)) {
-      load_fit_checkpoint(*this, m, callbacks_, o.checkpoint);
-    }
-  }
+  if (!m.resumed) resume_if_asked(*this, m, callbacks_);
   m.resumed = true;
 
   // DataParallel: each rank its share; Pipeline: each replica its share (every stage the same batches).
@@ -75,22 +180,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   if (o.schedule == Schedule::cosine)
     cosine = std::make_unique<optim::CosineAnnealingLR>(*opt_, std::max<int64_t>(total_steps, 1));
   nn::Module& net = m.ddp ? static_cast<nn::Module&>(*m.ddp) : *model_;
-  if (o.cuda_graph && !m.graphed) {
-    m.graphed = std::make_unique<GraphedStep>(o.device, loader.options().batch_size, [this, &m](const Tensor& x,
-                                                                                               const Tensor& y) {
-      Tensor loss;
-      {
-        amp::AutocastGuard autocast = m.mp.autocast();
-        loss = fit_loss(options_, (*model_)(x), y);
-      }
-      opt_->zero_grad(/*set_to_none=*/false);  // in place: replays write the gradients the capture saw
-      m.mp.backward(loss);
-      m.mp.step(*opt_);
-      return loss;
-    });
-    out << fmt::format("cuda graph: {} eager warm-up steps, then one captured step replayed per full batch of {}\n",
-                       GraphedStep::kWarmupSteps, loader.options().batch_size);
-  }
+  if (o.cuda_graph && !m.graphed) install_graphed_step(*this, m, loader.options().batch_size, out);
   // Installed for fit()'s lifetime; under DataParallel the ranks agree after every step.
   std::optional<dist::PreemptionGuard> preemption;
   if (o.handle_preemption) preemption.emplace();
@@ -128,35 +218,10 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
       }
       const int64_t n =
           batch.target.defined() && batch.target.dim() > 0 ? batch.target.size(0) : batch.data.size(0);
-      if (m.graphed) {
+      if (m.graphed)
         m.graphed->run(batch.data, batch.target);  // the whole step; the loss stays on the device
-      } else if (m.pipeline) {
-        double loss;
-        {
-          profiler::RecordFunction range("pipeline_step");  // forward and backward, interleaved
-          loss = m.pipeline->train_step(o, batch, group_n);  // NaN but on the last stage
-        }
-        for (auto& cb : callbacks_) cb->on_after_forward(*this, std::isnan(loss) ? Tensor() : scalar_tensor(loss, dtype(kFloat64)));
-        for (auto& cb : callbacks_) cb->on_after_backward(*this);
-        group_loss += loss;
-      } else {
-        Tensor x = batch.data.to(o.device), y = batch.target.to(o.device);
-        std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
-        if (m.ddp && in_group + 1 < group_n) no_sync.emplace(*m.ddp);  // all-reduce once, on the last
-        Tensor loss;
-        {
-          profiler::RecordFunction range("forward");
-          amp::AutocastGuard autocast = m.mp.autocast();
-          loss = fit_loss(o, net(x), y);
-        }
-        for (auto& cb : callbacks_) cb->on_after_forward(*this, loss);
-        {
-          profiler::RecordFunction range("backward");
-          m.mp.backward(group_n > 1 ? loss / static_cast<double>(group_n) : loss);
-        }
-        for (auto& cb : callbacks_) cb->on_after_backward(*this);
-        group_loss += loss.item<double>();
-      }
+      else
+        group_loss += train_micro_batch(*this, m, net, batch, in_group + 1 == group_n, group_n, callbacks_);
       samples += n * replicas;
       window.samples += n * replicas;
       group_samples += n * replicas;
@@ -171,17 +236,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
                                             : mean_loss,
                        .samples = group_samples};
       if (!m.graphed) {
-        if (o.clip_grad_norm > 0) {
-          if (m.mp.scaler().is_enabled()) m.mp.scaler().unscale_(*opt_);  // clip the true gradients
-          step.grad_norm = m.pipeline ? m.pipeline->clip_grad_norm(o.clip_grad_norm)
-                           : m.zero   ? m.zero->clip_grad_norm_(o.clip_grad_norm)
-                                      : optim::clip_grad_norm_(model_->parameters(), o.clip_grad_norm);
-        }
-        if (cosine) opt_->set_lr(cosine->lr_at(m.state.step, o.lr));
-        if (o.schedule == Schedule::warmup_cosine) opt_->set_lr(scheduled_lr(o, m.state.step, total_steps));
-        for (auto& cb : callbacks_) cb->on_before_optimizer_step(*this);
-        profiler::RecordFunction range("optimizer");
-        m.mp.step(*opt_);
+        optimizer_step(*this, m, step, cosine.get(), total_steps, callbacks_);
         m.last_loss = step.loss;
         r.step_losses.push_back(step.loss);
         epoch_loss += step.loss;
@@ -223,28 +278,15 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
       tell_stop();
       break;
     }
-    EpochMetrics em{.epoch = epoch, .train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1)),
-                    .seconds = epoch_seconds};
-    if (m.pg && !m.pipeline) {  // a pipeline's step losses are already every rank's
-      Tensor l = tensor({em.train_loss}, dtype(kFloat64));
-      m.pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
-      em.train_loss = l.item<double>();
-    }
+    const EpochMetrics em =
+        epoch_metrics(*this, m, epoch, epoch_loss / static_cast<double>(std::max<int64_t>(epoch_steps, 1)),
+                      epoch_seconds, val, callbacks_);
     if (val != nullptr) {
-      for (auto& cb : callbacks_) cb->on_validation_begin(*this);
-      const EvalMetrics ev = evaluate(*val);
-      for (auto& cb : callbacks_) cb->on_validation_end(*this);
-      em.val_loss = r.val_loss = ev.loss;
-      em.val_accuracy = r.val_accuracy = ev.accuracy;
+      r.val_loss = em.val_loss;
+      r.val_accuracy = em.val_accuracy;
     }
-    em.lr = opt_->lr();
-    if (o.epoch_lines) {
-      out << fmt::format("epoch {}/{} done: train_loss {:.4f}", epoch + 1, last_epoch, em.train_loss);
-      if (em.val_loss) out << fmt::format(" val_loss {:.4f}", *em.val_loss);
-      if (em.val_accuracy) out << fmt::format(" val_accuracy {:.4f}", *em.val_accuracy);
-      out << fmt::format(" ({:.0f} samples/s)\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9))
-          << std::flush;
-    }
+    if (o.epoch_lines)
+      out << epoch_line(em, last_epoch, static_cast<double>(samples) / std::max(train_seconds, 1e-9)) << std::flush;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, em);
     r.epochs.push_back(em);
     m.state.epoch = epoch + 1;

@@ -10,6 +10,7 @@
 #include "autograd/node.h"
 #include "core/op_table.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/composite_ops.h"
 
 using namespace kiln;
 
@@ -20,14 +21,6 @@ using test::close;
 Tensor targets_with_ignored(int64_t N, int64_t C, int64_t ignore_index) {
   Tensor t = randint(0, C, {N});
   return where(rand({N}) < 0.3, full({N}, Scalar(ignore_index), kInt64), t);
-}
-
-Tensor composite_cross_entropy(const Tensor& x, const Tensor& target, int64_t ignore_index, double s) {
-  Tensor logp = x.log_softmax(1);
-  Tensor valid = target != Scalar(ignore_index);
-  Tensor safe = where(valid, target, Scalar(int64_t{0}));
-  Tensor nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);
-  return where(valid, nll * (1.0 - s) + (-logp.mean({1})) * s, 0.0);
 }
 
 Tensor composite_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
@@ -53,7 +46,7 @@ TEST_CASE("cross_entropy and layer_norm backward match the composite formulas in
     Tensor x1 = base.to(dt).detach().set_requires_grad(true);
     (op::cross_entropy(x1, t, -100, 0.1) * gout.to(dt)).sum().backward();
     Tensor x2 = base.to(dt).to(kFloat64).detach().set_requires_grad(true);
-    (composite_cross_entropy(x2, t, -100, 0.1) * gout.to(kFloat64)).sum().backward();
+    (test::composite_cross_entropy(x2, t, -100, 0.1) * gout.to(kFloat64)).sum().backward();
     CHECK(close(grad_of(x1), grad_of(x2), tol));
 
     Tensor xb = (rand({N, 64}) - 0.2) * 4.0, wb = rand({64}) + 0.5, bb = rand({64}) - 0.5;

@@ -6,6 +6,7 @@
 
 #include "nn/nn.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/composite_ops.h"
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
@@ -13,15 +14,6 @@ namespace F = kiln::nn::functional;
 namespace {
 
 using test::close;
-
-/// The previous composite: log_softmax over dim 1, gather, smoothing, ignore_index; per element.
-Tensor composite_cross_entropy(const Tensor& logits, const Tensor& target, double s, int64_t ignore_index) {
-  Tensor logp = logits.log_softmax(1);
-  Tensor valid = target != Scalar(ignore_index);
-  Tensor safe = where(valid, target, Scalar(int64_t{0}));
-  Tensor nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);
-  return where(valid, nll * (1.0 - s) + (-logp.mean({1})) * s, 0.0);
-}
 
 }  // namespace
 
@@ -31,7 +23,7 @@ TEST_CASE("cross_entropy over [N, C, d1, d2] logits matches the composite in eve
   Tensor target = randint(0, 5, {3, 4, 2});
   target = where(rand({3, 4, 2}) < 0.25, full({3, 4, 2}, Scalar(int64_t{-100}), kInt64), target);
   for (double s : {0.0, 0.15}) {
-    Tensor ref = composite_cross_entropy(logits, target, s, -100);
+    Tensor ref = test::composite_cross_entropy(logits, target, -100, s);
     CHECK(close(F::cross_entropy(logits, target, F::Reduction::none, s), ref, 1e-10));
     CHECK(close(F::cross_entropy(logits, target, F::Reduction::sum, s), ref.sum(), 1e-10));
     Tensor valid = (target != Scalar(int64_t{-100})).sum().to(kFloat64);
