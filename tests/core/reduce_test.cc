@@ -214,6 +214,24 @@ TEST_CASE("integer and bool sums give i64; mean of integers is an error naming m
   CHECK(sum(big).item<int64_t>() == 3 * (int64_t{1} << 60));
 }
 
+TEST_CASE("i32 and bool reductions over strided views equal the i64 ones, in their own dtype") {
+  manual_seed(17);
+  Tensor x64 = randint(-1000, 1000, {5, 7, 3});
+  Tensor x32 = x64.to(kInt32).transpose(0, 2);  // strided: the reduced dims are not innermost
+  Tensor t64 = x64.transpose(0, 2);
+  for (const IntList& dims : {IntList{0}, IntList{1}, IntList{0, 2}, IntList{}}) {
+    CHECK(amax(x32, dims).dtype() == kInt32);
+    CHECK(amax(x32, dims).to(kInt64).to_vector<int64_t>() == amax(t64, dims).to_vector<int64_t>());
+    CHECK(amin(x32, dims).to(kInt64).to_vector<int64_t>() == amin(t64, dims).to_vector<int64_t>());
+    CHECK(sum(x32, dims).to_vector<int64_t>() == sum(t64, dims).to_vector<int64_t>());
+  }
+  Tensor b = x64 > Scalar(int64_t{900});
+  CHECK(amax(b, {1}).dtype() == kBool);
+  CHECK(amax(b, {1}).to(kInt64).to_vector<int64_t>() == amax(b.to(kInt64), {1}).to_vector<int64_t>());
+  CHECK(amin(b).item<bool>() == false);
+  CHECK_THROWS_WITH(amax(zeros({2, 0}, kInt32), {1}), doctest::Contains("amax"));
+}
+
 TEST_CASE("0-dim inputs and empty reductions") {
   Tensor s = scalar_tensor(2.5, kFloat32);
   CHECK(sum(s).sizes() == Shape{});
