@@ -10,7 +10,8 @@ The flags travel with the targets, not with a .bazelrc, so a workspace that depe
 A consumer's own targets that include Kiln's headers use these macros too (they need C++20):
     load("@kiln//:kiln.bzl", "kiln_cc_binary")
 The optimisation level is the caller's (`-c opt`: -O2), except where a target sets its own: the
-CPU kernels -O3, tests -O1, command-line parsers -O1.
+CPU kernels -O3; tests, command-line parsers, the training loops (//train) and the collective
+flight recorder (//distributed/debug) -O1.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")

@@ -94,10 +94,19 @@ void arg_reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, int64_t di
   const bool is_max = kind == ReduceKind::max;
   const char* name = is_max ? "argmax" : "argmin";
   if (out.numel() == 0) return;
-  KILN_DISPATCH_ALL(x.dtype(), name, [&]<class T>() {
-    if (is_max) arg_reduce_typed<true, T>(out, x, dim);
-    else arg_reduce_typed<false, T>(out, x, dim);
-  });
+  auto run = [&]<class T>(const Tensor& in) {
+    if (is_max) arg_reduce_typed<true, T>(out, in, dim);
+    else arg_reduce_typed<false, T>(out, in, dim);
+  };
+  if (!is_floating(x.dtype())) {  // bool and i32 through an i64 copy: the same order, so the same indices
+    Tensor x64 = x;
+    if (x.dtype() != kInt64) {
+      x64 = make_tensor(x.sizes(), kInt64, x.device());
+      kernels::copy[x.device()](x64, x);
+    }
+    return run.template operator()<int64_t>(x64);
+  }
+  KILN_DISPATCH_FLOATING(x.dtype(), name, [&]<class T>() { run.template operator()<T>(x); });
 }
 
 }  // namespace

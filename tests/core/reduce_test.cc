@@ -214,7 +214,7 @@ TEST_CASE("integer and bool sums give i64; mean of integers is an error naming m
   CHECK(sum(big).item<int64_t>() == 3 * (int64_t{1} << 60));
 }
 
-TEST_CASE("i32 and bool reductions over strided views equal the i64 ones, in their own dtype") {
+TEST_CASE("i32 and bool reductions and arg-reductions over strided views equal the i64 ones") {
   manual_seed(17);
   Tensor x64 = randint(-1000, 1000, {5, 7, 3});
   Tensor x32 = x64.to(kInt32).transpose(0, 2);  // strided: the reduced dims are not innermost
@@ -224,6 +224,10 @@ TEST_CASE("i32 and bool reductions over strided views equal the i64 ones, in the
     CHECK(amax(x32, dims).to(kInt64).to_vector<int64_t>() == amax(t64, dims).to_vector<int64_t>());
     CHECK(amin(x32, dims).to(kInt64).to_vector<int64_t>() == amin(t64, dims).to_vector<int64_t>());
     CHECK(sum(x32, dims).to_vector<int64_t>() == sum(t64, dims).to_vector<int64_t>());
+  }
+  for (int64_t d : {0, 1, 2}) {
+    CHECK(argmax(x32, d).to_vector<int64_t>() == argmax(t64, d).to_vector<int64_t>());
+    CHECK(argmin(x32, d).to_vector<int64_t>() == argmin(t64, d).to_vector<int64_t>());
   }
   Tensor b = x64 > Scalar(int64_t{900});
   CHECK(amax(b, {1}).dtype() == kBool);
