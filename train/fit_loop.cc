@@ -73,7 +73,7 @@ double train_micro_batch(Trainer& t, Trainer::Impl& m, nn::Module& net, const da
   if (m.pipeline) {
     double loss;
     {
-      profiler::RecordFunction range("pipeline_step");  // forward and backward, interleaved
+      profiler::RecordFunction range("pipeline step");  // forward and backward, interleaved
       loss = m.pipeline->train_step(o, batch, group_n);
     }
     const Tensor shown = std::isnan(loss) ? Tensor() : scalar_tensor(loss, dtype(kFloat64));
