@@ -4,16 +4,22 @@
 # buffers; Kiln loads the weights by name and must match them (resnet_torchvision_check.cc gives the
 # tolerances). Both stems: ImageNet's (3 channels, 1000 classes, 64x64 input) and the small-input
 # one (1 channel, 10 classes, 32x32). PyTorch comes from the venv at ~/.cache/kiln/torch-venv (or
-# KILN_TORCH_VENV); torchvision is installed into it on first use (0.29.2, the newest on PyPI that
-# accepts torch 2.15). Without them the test fails and says why.
+# KILN_TORCH_VENV), made on first use; safetensors and torchvision (0.29.2, the newest on PyPI that
+# accepts torch 2.15) are installed into it when missing, so the test does not depend on which
+# other `pypi` test ran first. When PyPI cannot be reached the test fails and says why.
 set -euo pipefail
 check_bin=$1 fixture=$2
 home=$(getent passwd "$(id -u)" | cut -d: -f6)
 venv=${KILN_TORCH_VENV:-$home/.cache/kiln/torch-venv}
 py=$venv/bin/python3
-if ! "$py" -c 'import torch, safetensors' 2>/dev/null; then
-  echo "resnet_torchvision_test: no PyTorch with safetensors at $py (set KILN_TORCH_VENV or create the venv)" >&2
-  exit 1
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "setting up PyTorch from PyPI in $venv (first use; a few GB)"
+  { python3 -m venv "$venv" && "$py" -m pip install -q torch numpy; } ||
+    { echo "resnet_torchvision_test: cannot install torch from PyPI into $venv" >&2; exit 1; }
+fi
+if ! "$py" -c 'import safetensors' 2>/dev/null; then
+  echo "installing safetensors from PyPI into $venv"
+  "$py" -m pip install -q safetensors || { echo "resnet_torchvision_test: cannot install safetensors" >&2; exit 1; }
 fi
 if ! "$py" -c 'import torchvision' 2>/dev/null; then
   echo "installing torchvision 0.29.2 from PyPI into $venv"

@@ -17,12 +17,6 @@ namespace fs = std::filesystem;
 using train::FitOptions;
 using train::Trainer;
 
-namespace {
-
-FitOptions quiet(int64_t epochs) { return {.epochs = epochs, .lr = 0.05, .log_every = 0, .log = nullptr}; }
-
-}  // namespace
-
 TEST_CASE("EarlyStopping: an improvement must beat the best by min_delta; patience bad epochs stop") {
   train::EarlyStopping es({.patience = 2, .min_delta = 0.1});
   // 1.0 best; 0.95 is not below 0.9 (bad 1); 0.85 is (best); 0.86 bad 1; 0.80 not below 0.75: bad 2.
@@ -42,7 +36,7 @@ TEST_CASE("EarlyStopping stops fit at the predicted epoch on a plateau") {
   fs::path dir = test::make_data_dir();
   data::DataLoader loader(test::synthetic_set(dir, true), {.batch_size = 64});
   data::DataLoader val(test::synthetic_set(dir, false), {.batch_size = 100});
-  FitOptions o = quiet(10);
+  FitOptions o = test::quiet(10);
   o.lr = 0;
   Trainer trainer(test::small_mlp(), o);
   auto es = std::make_shared<train::EarlyStopping>(train::EarlyStoppingOptions{.patience = 2});
@@ -97,7 +91,7 @@ TEST_CASE("ReduceLROnPlateau lowers the Trainer's lr on a plateau, and refuses t
   fs::path dir = test::make_data_dir();
   data::DataLoader loader(test::synthetic_set(dir, true), {.batch_size = 64});
   data::DataLoader val(test::synthetic_set(dir, false), {.batch_size = 100});
-  FitOptions o = quiet(4);
+  FitOptions o = test::quiet(4);
   o.lr = 1e-9;
   Trainer trainer(test::small_mlp(), o);
   trainer.add_callback(std::make_shared<train::ReduceLROnPlateau>(
@@ -134,7 +128,7 @@ TEST_CASE("the EMA equals the hand-computed average after k steps, and validatio
   fs::path dir = test::make_data_dir();
   data::DataLoader loader(test::synthetic_set(dir, true), {.batch_size = 128});
   data::DataLoader val(test::synthetic_set(dir, false), {.batch_size = 100});
-  FitOptions o = quiet(1);  // 5 steps
+  FitOptions o = test::quiet(1);  // 5 steps
   o.lr = 0.1;
   auto model = test::small_mlp();
   Trainer trainer(model, o);
@@ -167,7 +161,7 @@ TEST_CASE("EMA, ReduceLROnPlateau and EarlyStopping state resume exactly from a 
   fs::path dir = test::make_data_dir();
   auto train_set = test::synthetic_set(dir, true), val_set = test::synthetic_set(dir, false);
   auto run = [&](const std::string& ckpt, int64_t stop_epoch) {
-    FitOptions o = quiet(4);
+    FitOptions o = test::quiet(4);
     o.checkpoint = ckpt;
     auto model = test::small_mlp();
     data::DataLoader loader(train_set, {.batch_size = 64, .shuffle = true});

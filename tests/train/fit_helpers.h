@@ -25,6 +25,11 @@ inline std::shared_ptr<data::MnistDataset> synthetic_set(const fs::path& dir, bo
   return std::make_shared<data::MnistDataset>(dir.string(), train, data::kFashionMnistNormalization);
 }
 
+/// SGD at lr 0.05 for `epochs`, no progress lines: the options the tests start from.
+inline train::FitOptions quiet(int64_t epochs = 2) {
+  return {.epochs = epochs, .lr = 0.05, .log_every = 0, .log = nullptr};
+}
+
 /// 784-32-10 with an optional dropout, from manual_seed(0).
 inline nn::ModulePtr<> small_mlp(double dropout = 0) {
   manual_seed(0);

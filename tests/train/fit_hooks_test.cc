@@ -21,8 +21,6 @@ using train::Trainer;
 
 namespace {
 
-FitOptions quiet(int64_t epochs = 2) { return {.epochs = epochs, .lr = 0.05, .log_every = 0, .log = nullptr}; }
-
 /// The synthetic training set (640 images) in shuffled batches of 64: 10 steps per epoch.
 std::unique_ptr<data::DataLoader> train_batches(const fs::path& dir) {
   return std::make_unique<data::DataLoader>(test::synthetic_set(dir, true),
@@ -90,7 +88,7 @@ TEST_CASE("the hooks run in order: epoch, each micro-batch's batch/forward/backw
   fs::path dir = test::make_data_dir();
   data::DataLoader train_loader(test::synthetic_set(dir, true), {.batch_size = 160, .shuffle = true, .seed = 0});
   data::DataLoader val_loader(test::synthetic_set(dir, false), {.batch_size = 100});
-  FitOptions o = quiet();
+  FitOptions o = test::quiet();
   o.grad_accum = 2;
   Trainer trainer(test::small_mlp(), o);
   auto rec = std::make_shared<Recorder>();
@@ -129,7 +127,7 @@ TEST_CASE("the hooks run in order: epoch, each micro-batch's batch/forward/backw
 TEST_CASE("the run monitor as a callback: its phases sum to the step time, and it logs every log_every steps") {
   fs::path dir = test::make_data_dir();
   data::DataLoader train_loader(test::synthetic_set(dir, true), {.batch_size = 64, .shuffle = true, .seed = 0});
-  Trainer trainer(test::small_mlp(), quiet());
+  Trainer trainer(test::small_mlp(), test::quiet());
   std::ostringstream out;
   auto monitor = std::make_shared<train::RunMonitor>(train::MonitorConfig{.log_every = 5}, 0,
                                                      /*flops_per_sample=*/0, /*device_is_cuda=*/false, out);
@@ -163,7 +161,7 @@ TEST_CASE("the run monitor as a callback: its phases sum to the step time, and i
 
 TEST_CASE("SIGTERM during fit: the step finishes, the checkpoint is written, and the resumed run is exact") {
   fs::path dir = test::make_data_dir();
-  FitOptions o = quiet();
+  FitOptions o = test::quiet();
   o.optimizer = train::Optimizer::adam;
   o.lr = 1e-3;
   o.schedule = train::Schedule::cosine;
@@ -202,7 +200,7 @@ TEST_CASE("SIGTERM during fit: the step finishes, the checkpoint is written, and
 
 TEST_CASE("stop_after_steps, stop_after_epochs and resume_from slice one run into exact parts") {
   fs::path dir = test::make_data_dir();
-  FitOptions o = quiet(3);
+  FitOptions o = test::quiet(3);
   o.schedule = train::Schedule::cosine;  // spans all 3 epochs in every part
   o.checkpoint = (dir / "whole.safetensors").string();
   std::vector<double> whole;
@@ -261,7 +259,7 @@ TEST_CASE("stop_after_steps, stop_after_epochs and resume_from slice one run int
 TEST_CASE("f16 loss scaling reports its scale in StepMetrics") {
   fs::path dir = test::make_data_dir();
   data::DataLoader train_loader(test::synthetic_set(dir, true), {.batch_size = 64, .shuffle = true, .seed = 0});
-  FitOptions o = quiet(1);
+  FitOptions o = test::quiet(1);
   o.precision = train::Precision::f16;
   Trainer trainer(test::small_mlp(), o);
   auto rec = std::make_shared<Recorder>();
@@ -278,7 +276,7 @@ TEST_CASE("f16 loss scaling reports its scale in StepMetrics") {
 }
 
 TEST_CASE("cuda_graph: refused off CUDA and for what a replay cannot repeat; on a GPU it trains as eager steps do") {
-  FitOptions o = quiet(1);
+  FitOptions o = test::quiet(1);
   o.cuda_graph = true;
   CHECK_THROWS_WITH_AS(Trainer(test::small_mlp(), o), doctest::Contains("cuda_graph: needs a CUDA device"),
                        kiln::Error);

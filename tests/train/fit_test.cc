@@ -16,19 +16,12 @@ namespace fs = std::filesystem;
 using train::FitOptions;
 using train::Trainer;
 
-namespace {
-
-/// 784-32-10 on the synthetic data, SGD, quiet.
-FitOptions quiet(int64_t epochs = 2) { return {.epochs = epochs, .lr = 0.05, .log_every = 0, .log = nullptr}; }
-
-}  // namespace
-
 TEST_CASE("an MLP learns the synthetic classes through fit, validated each epoch, with progress lines") {
   fs::path dir = test::make_data_dir();
   data::DataLoader train_loader(test::synthetic_set(dir, true), {.batch_size = 64, .shuffle = true, .seed = 0});
   data::DataLoader val_loader(test::synthetic_set(dir, false), {.batch_size = 100});
   std::ostringstream log;
-  FitOptions o = quiet();
+  FitOptions o = test::quiet();
   o.log_every = 5;
   o.log = &log;
   Trainer trainer(test::small_mlp(), o);
@@ -84,7 +77,7 @@ TEST_CASE("any module and loss: a hand-written regression module fits y = 3x + 1
   Tensor x = randn({256});
   auto ds = std::make_shared<data::TensorDataset>(x, x * 3.0 + 1.0);
   data::DataLoader loader(ds, {.batch_size = 32, .shuffle = true, .seed = 1});
-  FitOptions o = quiet(20);
+  FitOptions o = test::quiet(20);
   o.lr = 0.1;
   o.loss = [](const Tensor& out, const Tensor& y) { return nn::functional::mse_loss(out, y); };
   auto model = std::make_shared<Affine>();
@@ -101,7 +94,7 @@ TEST_CASE("two accumulated micro-batches of 32 step as one batch of 64") {
   fs::path dir = test::make_data_dir();
   auto set = test::synthetic_set(dir, true);
   data::DataLoader big(set, {.batch_size = 64}), small(set, {.batch_size = 32});
-  FitOptions o = quiet(1);
+  FitOptions o = test::quiet(1);
   auto a = test::small_mlp(), b = test::small_mlp();
   train::FitResult ra = Trainer(a, o).fit(big);
   o.grad_accum = 2;
@@ -121,7 +114,7 @@ TEST_CASE("clipping by the global norm bounds the step of plain SGD to lr * max_
     double norm = 0;
   };
   auto norms = std::make_shared<Norms>();
-  FitOptions o = quiet(1);
+  FitOptions o = test::quiet(1);
   o.lr = 1;
   o.momentum = 0;
   o.max_steps = 1;
@@ -143,7 +136,7 @@ TEST_CASE("bf16 autocast and f16 with master weights learn the synthetic classes
   data::DataLoader val(test::synthetic_set(dir, false), {.batch_size = 100});
   for (auto [precision, master] : {std::pair{train::Precision::bf16, false}, {train::Precision::f16, true}}) {
     CAPTURE(master);
-    FitOptions o = quiet();
+    FitOptions o = test::quiet();
     o.precision = precision;
     o.master_weights = master;
     auto model = test::small_mlp();
@@ -160,7 +153,7 @@ TEST_CASE("the same seed gives bit-identical losses, and a run stopped mid-epoch
   fs::path dir = test::make_data_dir();
   auto train_set = test::synthetic_set(dir, true);
   auto run = [&](const std::string& ckpt, std::shared_ptr<train::Callback> cb) {
-    FitOptions o = quiet();
+    FitOptions o = test::quiet();
     o.optimizer = train::Optimizer::adam;
     o.lr = 1e-3;
     o.schedule = train::Schedule::cosine;
@@ -202,7 +195,7 @@ TEST_CASE("the same seed gives bit-identical losses, and a run stopped mid-epoch
 TEST_CASE("max_steps stops inside an epoch and is the schedule's horizon") {
   fs::path dir = test::make_data_dir();
   data::DataLoader loader(test::synthetic_set(dir, true), {.batch_size = 64});
-  FitOptions o = quiet(3);
+  FitOptions o = test::quiet(3);
   o.max_steps = 5;
   o.schedule = train::Schedule::cosine;
   struct Lrs : train::Callback {
@@ -230,23 +223,23 @@ TEST_CASE("bad options are refused, naming the option and the value") {
     }
     return "";
   };
-  FitOptions o = quiet();
+  FitOptions o = test::quiet();
   o.grad_accum = 0;
   CHECK(error_of(o).find("grad_accum must be >= 1, got 0") != std::string::npos);
-  o = quiet();
+  o = test::quiet();
   o.epochs = 0;
   CHECK(error_of(o).find("epochs (0) or max_steps (0) must be positive") != std::string::npos);
-  o = quiet();
+  o = test::quiet();
   o.master_weights = true;
   CHECK(error_of(o).find("master_weights") != std::string::npos);
-  o = quiet();
+  o = test::quiet();
   o.save_every = 3;
   CHECK(error_of(o).find("save_every 3 needs a checkpoint path") != std::string::npos);
-  o = quiet();
+  o = test::quiet();
   o.strategy = train::DataParallel{.zero_stage = 2};
   CHECK(error_of(o).find("zero_stage 2") != std::string::npos);
   o.strategy = train::DataParallel{};
   unsetenv("WORLD_SIZE");
   CHECK(error_of(o).find("WORLD_SIZE is not set") != std::string::npos);
-  CHECK_THROWS_WITH_AS(Trainer(nullptr, quiet()), doctest::Contains("the model is null"), Error);
+  CHECK_THROWS_WITH_AS(Trainer(nullptr, test::quiet()), doctest::Contains("the model is null"), Error);
 }
