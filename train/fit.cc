@@ -230,9 +230,9 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   }
   model_->train(was_training);
   if (m.pg) {
-    Tensor t = tensor({sums[0], sums[1], sums[2], sums[3]}, dtype(kFloat64));
+    Tensor t = tensor({sums[0], sums[1], sums[2], sums[3]}, dtype(kFloat64)).to(m.comm_device(options_));
     m.pg->allreduce(t)->wait();
-    auto v = t.to_vector<double>();
+    auto v = t.to(kCPU).to_vector<double>();
     std::copy(v.begin(), v.end(), sums);
   }
   KILN_CHECK(sums[2] > 0, "Trainer::evaluate: the loader yielded no samples");

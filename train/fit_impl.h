@@ -38,6 +38,8 @@ struct Trainer::Impl {
 
   /// Rank 0's log (the options' stream, or nothing).
   std::ostream& out(const FitOptions& o) { return rank == 0 && o.log != nullptr ? *o.log : quiet; }
+  /// Where the process group's collectives take their tensors: the device under NCCL, else the CPU.
+  Device comm_device(const FitOptions& o) const { return pg && pg->backend() == "nccl" ? o.device : kCPU; }
 };
 
 /// The device of a rank of a multi-process job: on GPUs cuda:LOCAL_RANK (one per rank of the node).

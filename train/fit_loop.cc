@@ -125,9 +125,9 @@ EpochMetrics epoch_metrics(Trainer& t, Trainer::Impl& m, int64_t epoch, double t
                            data::DataLoader* val, const std::vector<std::shared_ptr<Callback>>& callbacks) {
   EpochMetrics em{.epoch = epoch, .train_loss = train_loss, .seconds = seconds};
   if (m.pg && !m.pipeline) {  // a pipeline's step losses are already every rank's
-    Tensor l = tensor({em.train_loss}, dtype(kFloat64));
+    Tensor l = tensor({em.train_loss}, dtype(kFloat64)).to(m.comm_device(t.options()));
     m.pg->allreduce(l, dist::ReduceOp::kAvg)->wait();
-    em.train_loss = l.item<double>();
+    em.train_loss = l.to(kCPU).item<double>();
   }
   if (val != nullptr) {
     for (auto& cb : callbacks) cb->on_validation_begin(t);
@@ -184,7 +184,7 @@ FitResult Trainer::fit(data::DataLoader& train_loader, data::DataLoader* val) {
   // Installed for fit()'s lifetime; under DataParallel the ranks agree after every step.
   std::optional<dist::PreemptionGuard> preemption;
   if (o.handle_preemption) preemption.emplace();
-  const Device comm = m.pg && m.pg->backend() == "nccl" ? o.device : kCPU;
+  const Device comm = m.comm_device(o);
   const int64_t replicas = m.pipeline ? m.pipeline->replicas() : m.world;  // ranks that read different data
 
   for (auto& cb : callbacks_) cb->on_train_begin(*this);

@@ -181,7 +181,7 @@ TrainingState PipelineRun::read(const FitOptions& o, optim::Optimizer& opt, cons
   TrainingState state = dist::load_stage_checkpoint(*pipe_, path, &opt);  // every replica reads the first's
   // Each stage writes its own file: a job killed while they saved can leave them at different
   // steps, and resuming from such a set would train a model no run ever had.
-  const Device comm = m_.pg->backend() == "nccl" ? o.device : kCPU;
+  const Device comm = m_.comm_device(o);
   Tensor steps = tensor({static_cast<double>(state.step), -static_cast<double>(state.step)}, dtype(kFloat64)).to(comm);
   m_.pg->allreduce(steps, dist::ReduceOp::kMax)->wait();
   const auto range = steps.to(kCPU).to_vector<double>();
