@@ -64,7 +64,7 @@ void check_options(const FitOptions& o) {
   if (const std::string problem = cuda_graph_problem(o); !problem.empty()) fail("Trainer: cuda_graph: {}", problem);
 }
 
-/// Indices [lo, hi) of a sampler's epoch-0 order: one rank's slice for evaluation.
+/// Indices [lo, hi) of a sampler's epoch-0 order: one part's slice for evaluation (eval_slice).
 class SliceSampler : public data::Sampler {
  public:
   SliceSampler(std::vector<int64_t> all, int rank, int world) {
@@ -203,42 +203,43 @@ EvalMetrics Trainer::evaluate(data::DataLoader& loader) {
   NoGradGuard no_grad;
   const bool was_training = model_->is_training();
   model_->eval();
-  std::unique_ptr<data::DataLoader> slice;
-  data::DataLoader* l = &loader;
-  const bool sharded = dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr;
-  if (m.pg && !sharded) {  // a loader with a DistributedSampler already holds this rank's share
-    auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), m.rank, m.world);
-    slice = std::make_unique<data::DataLoader>(loader.dataset(), loader_options(loader.options(), sampler));
-    l = slice.get();
-  }
-  // loss sum, correct, samples, batches without an accuracy
-  double sums[4] = {0, 0, 0, 0};
-  for (data::Example& b : *l) {
+  std::unique_ptr<data::DataLoader> slice = m.pg ? eval_slice(loader, m.rank, m.world) : nullptr;
+  EvalSums sums;
+  for (data::Example& b : slice ? *slice : loader) {
     Tensor x = b.data.to(options_.device), y = b.target.to(options_.device);
-    Tensor out;
-    {
-      amp::AutocastGuard autocast = m.mp.autocast();
-      out = model_->forward(x);
-      sums[0] += fit_loss_sum(options_, out, y);
-    }
-    const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-    if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
-      sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
-    else
-      sums[3] += 1;
-    sums[2] += static_cast<double>(n);
+    amp::AutocastGuard autocast = m.mp.autocast();
+    sums.add(options_, model_->forward(x), y);
   }
   model_->train(was_training);
-  if (m.pg) {
-    Tensor t = tensor({sums[0], sums[1], sums[2], sums[3]}, dtype(kFloat64)).to(m.comm_device(options_));
-    m.pg->allreduce(t)->wait();
-    auto v = t.to(kCPU).to_vector<double>();
-    std::copy(v.begin(), v.end(), sums);
-  }
-  KILN_CHECK(sums[2] > 0, "Trainer::evaluate: the loader yielded no samples");
-  EvalMetrics r{.loss = sums[0] / sums[2], .samples = static_cast<int64_t>(sums[2])};
-  if (sums[3] == 0) r.accuracy = sums[1] / sums[2];
+  if (!m.pg) return EvalSums::metrics(sums.values());
+  Tensor t = tensor(sums.values()).to(m.comm_device(options_));  // f64
+  m.pg->allreduce(t)->wait();
+  return EvalSums::metrics(t.to(kCPU).to_vector<double>());
+}
+
+void EvalSums::add(const FitOptions& o, const Tensor& output, const Tensor& target) {
+  const int64_t n = output.dim() > 0 ? output.size(0) : 1;
+  loss += fit_loss_sum(o, output, target);
+  if (output.dim() == 2 && target.dim() == 1 && !is_floating(target.dtype()) && target.size(0) == n)
+    correct += static_cast<double>((output.argmax(1) == target).sum().item<int64_t>());
+  else
+    unscored += 1;
+  samples += static_cast<double>(n);
+}
+
+EvalMetrics EvalSums::metrics(const std::vector<double>& v) {
+  KILN_CHECK(v[2] > 0, "Trainer::evaluate: the loader yielded no samples");
+  EvalMetrics r{.loss = v[0] / v[2], .samples = static_cast<int64_t>(v[2])};
+  if (v[3] == 0) r.accuracy = v[1] / v[2];
   return r;
+}
+
+std::unique_ptr<data::DataLoader> eval_slice(data::DataLoader& loader, int part, int parts) {
+  // A loader with a DistributedSampler already holds this part's share.
+  if (parts <= 1 || dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr)
+    return nullptr;
+  auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), part, parts);
+  return std::make_unique<data::DataLoader>(loader.dataset(), loader_options(loader.options(), sampler));
 }
 
 void save_fit_checkpoint(Trainer& t, Trainer::Impl& m, const std::vector<std::shared_ptr<Callback>>& callbacks,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "distributed/data_parallel/ddp.h"
 #include "distributed/data_parallel/zero.h"
@@ -63,5 +64,20 @@ std::string cuda_graph_problem(const FitOptions& o);
 /// Under DataParallel: this rank's share of `loader`'s data set (a DistributedSampler with the
 /// loader's shuffle, seed and drop_last), or null when `loader` already samples for this rank.
 std::unique_ptr<data::DataLoader> shard_loader(data::DataLoader& loader, int rank, int world);
+
+/// Evaluation's share of `loader` for part `part` of `parts` (a rank, or a pipeline's replica): a
+/// contiguous slice of its epoch-0 order; null when the loader already holds the share (a
+/// DistributedSampler) or there is one part.
+std::unique_ptr<data::DataLoader> eval_slice(data::DataLoader& loader, int part, int parts);
+
+/// What evaluation sums over batches: the loss (summed over rows), the correct argmax rows, the
+/// rows, and the batches without an accuracy (not 2-D class scores against integer labels).
+struct EvalSums {
+  double loss = 0, correct = 0, samples = 0, unscored = 0;
+  void add(const FitOptions& o, const Tensor& output, const Tensor& target);
+  std::vector<double> values() const { return {loss, correct, samples, unscored}; }
+  /// The metrics of summed `values()` (those of all ranks, where they were reduced).
+  static EvalMetrics metrics(const std::vector<double>& v);
+};
 
 }  // namespace kiln::train

@@ -74,20 +74,6 @@ void check_world(int world, const Pipeline& p) {
                                            p.stages));
 }
 
-/// Indices [lo, hi) of a loader's epoch-0 order: one replica's slice for evaluation.
-class SliceSampler : public data::Sampler {
- public:
-  SliceSampler(std::vector<int64_t> all, int part, int parts) {
-    const auto n = static_cast<int64_t>(all.size());
-    indices_.assign(all.begin() + n * part / parts, all.begin() + n * (part + 1) / parts);
-  }
-  std::vector<int64_t> indices(int64_t) const override { return indices_; }
-  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
-
- private:
-  std::vector<int64_t> indices_;
-};
-
 }  // namespace
 
 PipelineRun::PipelineRun(const nn::ModulePtr<>& model, FitOptions& o, Trainer::Impl& m) : m_(m) {
@@ -193,47 +179,19 @@ TrainingState PipelineRun::read(const FitOptions& o, optim::Optimizer& opt, cons
 }
 
 EvalMetrics PipelineRun::evaluate(Trainer& t, data::DataLoader& loader) {
-  const FitOptions& o = t.options();
   NoGradGuard no_grad;
   nn::Module& stage = pipe_->stage_module();
   const bool was_training = stage.is_training();
   stage.eval();
-  std::unique_ptr<data::DataLoader> slice;
-  data::DataLoader* l = &loader;
-  const bool sharded = dynamic_cast<const data::DistributedSampler*>(loader.options().sampler.get()) != nullptr;
-  if (replicas_ > 1 && !sharded) {  // each replica its contiguous slice
-    const data::DataLoaderOptions& lo = loader.options();
-    auto sampler = std::make_shared<SliceSampler>(loader.sampler().indices(0), replica_, replicas_);
-    slice = std::make_unique<data::DataLoader>(
-        loader.dataset(),
-        data::DataLoaderOptions{.batch_size = lo.batch_size, .drop_last = lo.drop_last, .collate = lo.collate,
-                                .sampler = sampler});
-    l = slice.get();
-  }
-  // loss sum, correct, samples, batches without an accuracy: summed on the last stage
-  double sums[4] = {0, 0, 0, 0};
-  for (data::Example& b : *l) {
-    Tensor out;
-    {
-      amp::AutocastGuard autocast = m_.mp.autocast();
-      out = pipe_->forward(pipe_->is_first() ? b.data : Tensor());
-      if (!pipe_->is_last()) continue;
-      Tensor y = b.target.to(out.device());
-      const int64_t n = out.dim() > 0 ? out.size(0) : 1;
-      sums[0] += fit_loss_sum(o, out, y);
-      if (out.dim() == 2 && y.dim() == 1 && !is_floating(y.dtype()) && y.size(0) == n)
-        sums[1] += static_cast<double>((out.argmax(1) == y).sum().item<int64_t>());
-      else
-        sums[3] += 1;
-      sums[2] += static_cast<double>(n);
-    }
+  std::unique_ptr<data::DataLoader> slice = eval_slice(loader, replica_, replicas_);  // each replica its part
+  EvalSums sums;  // on the last stage
+  for (data::Example& b : slice ? *slice : loader) {
+    amp::AutocastGuard autocast = m_.mp.autocast();
+    Tensor out = pipe_->forward(pipe_->is_first() ? b.data : Tensor());
+    if (pipe_->is_last()) sums.add(t.options(), out, b.target.to(out.device()));
   }
   stage.train(was_training);
-  const std::vector<double> v = pipe_->from_last_stage({sums[0], sums[1], sums[2], sums[3]});
-  KILN_CHECK(v[2] > 0, "Trainer::evaluate: the loader yielded no samples");
-  EvalMetrics r{.loss = v[0] / v[2], .samples = static_cast<int64_t>(v[2])};
-  if (v[3] == 0) r.accuracy = v[1] / v[2];
-  return r;
+  return EvalSums::metrics(pipe_->from_last_stage(sums.values()));
 }
 
 std::unique_ptr<data::DataLoader> PipelineRun::prepare_loader(const FitOptions& o, data::DataLoader& train) {
