@@ -10,22 +10,6 @@
 #include "train/pipeline_checkpoint.h"
 
 namespace kiln::train {
-namespace {
-
-PipelineSchedule schedule_of(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::gpipe;
-  if (name == "interleaved") return PipelineSchedule::interleaved;
-  KILN_CHECK(name == "1f1b", "--pipeline-schedule {}: expected gpipe, 1f1b or interleaved", name);
-  return PipelineSchedule::one_f_one_b;
-}
-
-PipelineBalance balance_of(const std::string& name) {
-  if (name == "time") return PipelineBalance::time;
-  KILN_CHECK(name == "params", "--pipeline-balance {}: expected params or time", name);
-  return PipelineBalance::params;
-}
-
-}  // namespace
 
 void check_pipeline_launch(const TrainConfig& c) {
   const int P = c.pipeline_stages;
@@ -47,9 +31,9 @@ Pipeline pipeline_strategy(const TrainConfig& c, std::shared_ptr<dist::ProcessGr
                            const data::Dataset& train) {
   Pipeline p{.stages = c.pipeline_stages,
              .micro_batches = c.micro_batches,
-             .schedule = schedule_of(c.pipeline_schedule),
+             .schedule = value_of(kPipelineScheduleNames, c.pipeline_schedule, "--pipeline-schedule"),
              .virtual_stages = c.virtual_stages,
-             .balance = balance_of(c.pipeline_balance),
+             .balance = value_of(kPipelineBalanceNames, c.pipeline_balance, "--pipeline-balance"),
              .data_parallel = c.ddp,
              .timeout_s = c.timeout_s,
              .group = world};

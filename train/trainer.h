@@ -28,6 +28,22 @@ inline const NameTable<Precision> kAmpNames = {
 inline const NameTable<AmpMode> kAmpModeNames = {{"o1", AmpMode::o1}, {"o2", AmpMode::o2}};
 inline const NameTable<ZeroCheckpoint> kZeroCheckpointNames = {
     {"consolidated", ZeroCheckpoint::consolidated}, {"sharded", ZeroCheckpoint::sharded}};
+inline const NameTable<PipelineSchedule> kPipelineScheduleNames = {{"gpipe", PipelineSchedule::gpipe},
+                                                                   {"1f1b", PipelineSchedule::one_f_one_b},
+                                                                   {"interleaved", PipelineSchedule::interleaved}};
+inline const NameTable<PipelineBalance> kPipelineBalanceNames = {{"params", PipelineBalance::params},
+                                                                 {"time", PipelineBalance::time}};
+
+/// The value named `name` in `table`; kiln::Error naming `what` (a flag) and the choices otherwise.
+template <class E>
+E value_of(const NameTable<E>& table, const std::string& name, const char* what) {
+  std::string choices;
+  for (const auto& [n, v] : table) {
+    if (n == name) return v;
+    choices += (choices.empty() ? "" : ", ") + n;
+  }
+  fail("{} {}: the choices are {}", what, name, choices);
+}
 
 /// The name of `value` in `table`.
 template <class E>

@@ -21,15 +21,6 @@ namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
-/// The setting of a flag name (what the flag parser does once).
-template <class E>
-E named(const train::NameTable<E>& table, const std::string& name) {
-  for (const auto& [n, value] : table)
-    if (n == name) return value;
-  FAIL("no setting named " << name);
-  return table.front().second;
-}
-
 train::TrainConfig config(const fs::path& dir, const std::string& amp, const std::string& mode = "o1") {
   train::TrainConfig c;
   c.model = "mlp";
@@ -39,8 +30,8 @@ train::TrainConfig config(const fs::path& dir, const std::string& amp, const std
   c.lr = 0.05;
   c.log_every = 1000;
   c.device = kCPU;
-  c.amp = named(train::kAmpNames, amp);
-  c.amp_mode = named(train::kAmpModeNames, mode);
+  c.amp = train::value_of(train::kAmpNames, amp, "--amp");
+  c.amp_mode = train::value_of(train::kAmpModeNames, mode, "--amp-mode");
   return c;
 }
 
