@@ -2,31 +2,18 @@
 # Hugging Face GPT-2 parity, with nothing downloaded but PyPI packages: transformers builds a random
 # GPT2LMHeadModel and saves it (safetensors); Kiln loads it and matches its logits and loss (1e-4,
 # f32); Kiln saves it back and transformers reloads that and matches again.
-# PyTorch and transformers come from PyPI into $KILN_TORCH_VENV (default ~/.cache/kiln/torch-venv,
-# the benchmarks' environment), installed on first use. Without them the test prints
-# "SKIPPED: <reason>" and passes, unless KILN_REQUIRE_HF=1 makes that a failure.
+# PyTorch and transformers come from PyPI into $KILN_TORCH_VENV (default ~/.cache/kiln/torch-venv
+# of the real home, the benchmarks' environment), installed on first use by tests/testing/pypi_venv.sh.
+# The test is tagged `pypi`: when PyPI cannot be reached it fails and says why.
 set -uo pipefail
 check_bin="$1"
 fixture="$2"
 gpt="$3"
-home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
-venv="${KILN_TORCH_VENV:-$home/.cache/kiln/torch-venv}"
-py="$venv/bin/python3"
+source tests/testing/pypi_venv.sh
 
-skip() {
-  echo "SKIPPED: $1"
-  [ "${KILN_REQUIRE_HF:-0}" = 1 ] && exit 1
-  exit 0
-}
-
-if ! "$py" -c "import torch" 2>/dev/null; then
-  echo "setting up PyTorch from PyPI in $venv (first use; a few GB)"
-  { python3 -m venv "$venv" && "$py" -m pip install -q torch numpy; } || skip "cannot install torch from PyPI into $venv"
-fi
-if ! "$py" -c "import transformers" 2>/dev/null; then
-  echo "installing transformers from PyPI into $venv"
-  "$py" -m pip install -q transformers || skip "cannot install transformers from PyPI into $venv"
-fi
+venv="${KILN_TORCH_VENV:-$(kiln_venv_dir torch-venv)}"
+py=$(kiln_pypi_venv "$venv" torch=torch numpy=numpy transformers=transformers) ||
+  { echo "gpt_hf_parity_test: no PyTorch with transformers in $venv" >&2; exit 1; }
 
 work="${TEST_TMPDIR:-$(mktemp -d)}/gpt_hf"
 rm -rf "$work" && mkdir -p "$work"

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The op database against PyPI PyTorch: op_dump writes every row's inputs, output and gradients;
-# torch_compare.py replays them in torch and fails on any difference. Needs the torch venv
-# (PyPI torch in a venv at ~/.cache/kiln/torch-venv of the real home, or
-# KILN_TORCH_PYTHON=/path/to/python); without it the test FAILS and says why (it never downloads).
+# torch_compare.py replays them in torch and fails on any difference. PyPI torch comes from the venv
+# at $KILN_TORCH_VENV (default ~/.cache/kiln/torch-venv of the real home), made on first use by
+# tests/testing/pypi_venv.sh, or from KILN_TORCH_PYTHON=/path/to/python; when PyPI cannot be
+# reached the test FAILS and says why.
 set -euo pipefail
 dump_bin=$1 script=$2
-real_home=$(getent passwd "$(id -u)" | cut -d: -f6)
-python=${KILN_TORCH_PYTHON:-$real_home/.cache/kiln/torch-venv/bin/python}
-if [[ ! -x $python ]] || ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "torch_compare_test: no PyTorch at $python (set KILN_TORCH_PYTHON or create the venv)" >&2
-  exit 1
+source tests/testing/pypi_venv.sh
+if [ -n "${KILN_TORCH_PYTHON:-}" ]; then
+  python=$KILN_TORCH_PYTHON
+else
+  python=$(kiln_pypi_venv "${KILN_TORCH_VENV:-$(kiln_venv_dir torch-venv)}" torch=torch numpy=numpy) ||
+    { echo "torch_compare_test: no PyTorch" >&2; exit 1; }
 fi
 out=${TEST_TMPDIR:-$(mktemp -d)}/op_db_dump.txt
 "$dump_bin" "$out"
