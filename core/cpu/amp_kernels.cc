@@ -19,11 +19,15 @@ void non_finite_check_and_unscale_kernel(Tensor& grad, Tensor& found_inf, double
     T* g = grad.data_ptr<T>();
     const A s = static_cast<A>(inv_scale);
     parallel_for(0, grad.numel(), kGrainSize, [&](int64_t lo, int64_t hi) {
-      bool local = false;
+      // Local copies: captured by reference, the scale might alias the stores to g and be
+      // reloaded every element, which keeps the loop scalar (as sgd_range's note says).
+      T* __restrict gp = g;
+      const A scale = s;
+      int local = 0;
       for (int64_t i = lo; i < hi; ++i) {
-        const A v = static_cast<A>(g[i]);
+        const A v = static_cast<A>(gp[i]);
         local |= !std::isfinite(v);
-        g[i] = static_cast<T>(v * s);
+        gp[i] = static_cast<T>(v * scale);
       }
       if (local) bad.store(true, std::memory_order_relaxed);
     });
