@@ -19,8 +19,9 @@ template <class A> struct SgdConsts {
 // p -= lr * d over one range, with d the (weight-decayed, momentum-filtered) gradient; `first`
 // seeds the momentum buffer with the gradient, as PyTorch does on a parameter's first step. As
 // adam_range below: by value, restrict pointers, selects on loop-invariant flags, so the loop
-// vectorises (a lambda capturing the pointers by reference reloaded them every element and ran
-// scalar: a quarter of the MNIST MLP's step). kMomentum: `buf` exists (it is read and written).
+// vectorises (a lambda that captured the float constants by reference had to reload them after
+// every store to p or buf, which might alias them, and ran scalar: a quarter of the MNIST MLP's
+// step). kMomentum: `buf` exists (it is read and written).
 template <class T, bool kMomentum>
 void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t begin, int64_t end,
                const SgdConsts<opmath_t<T>> c) {
