@@ -9,8 +9,8 @@
 namespace kiln::examples {
 namespace {
 
-/// A flag whose value is one of `table`'s names, stored in `dest` as its enum value: the one place
-/// the main job turns a name into a setting.
+/// A flag whose value is one of `table`'s names, stored in `dest` as its enum value (through
+/// train::value_of, as the pipeline's schedule and balance names are).
 template <class E>
 CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& dest, const train::NameTable<E>& table,
                         const std::string& help) {
@@ -18,11 +18,7 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& dest, const t
   for (const auto& entry : table) names.push_back(entry.first);
   return app
       .add_option_function<std::string>(
-          flag,
-          [&dest, &table](const std::string& name) {
-            for (const auto& [n, value] : table)
-              if (n == name) dest = value;
-          },
+          flag, [&dest, &table, flag](const std::string& name) { dest = train::value_of(table, name, flag.c_str()); },
           help)
       ->check(cli::one_of(std::move(names)));
 }
