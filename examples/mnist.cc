@@ -6,7 +6,6 @@
 #include <iostream>
 #include <optional>
 
-#include "core/util/cli.h"
 #include "core/matmul_precision.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
@@ -41,12 +40,11 @@ job runs P stages x (world / P) data-parallel replicas. --pipeline-schedule inte
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::App app("Trains an MLP or a CNN on Fashion-MNIST on the best device present.", "mnist");
-  app.footer(kAmpNotes);
   examples::MnistFlags flags;
-  flags.declare(app);
-  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);
+  if (int rc = flags.parse(argc, argv, "mnist", "Trains an MLP or a CNN on Fashion-MNIST on the best device present.",
+                           kAmpNotes);
+      rc >= 0)
+    return rc;
   const train::TrainConfig& config = flags.c;
   try {
     train::TrainResult r = train::train(config, std::cout);

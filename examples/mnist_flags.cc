@@ -2,6 +2,7 @@
 #include "examples/mnist_flags.h"
 
 #include "core/matmul_precision.h"
+#include "core/util/cli.h"
 #include "models/build_model.h"
 #include "models/mlp_cnn.h"
 #include "examples/pipeline_flags.h"
@@ -24,6 +25,16 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& dest, const t
 }
 
 }  // namespace
+
+int MnistFlags::parse(int argc, char** argv, const std::string& name, const std::string& description,
+                      const std::string& footer) {
+  cli::App app(description, name);
+  app.footer(footer);
+  declare(app);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (std::string problem = finish(); !problem.empty()) return cli::usage_error(app, problem);
+  return -1;
+}
 
 void MnistFlags::declare(CLI::App& app) {
   app.add_option("--model", c.model, "model to train (resnet18: ResNet-18 on the images padded to 32x32)")

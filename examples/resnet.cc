@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/util/cli.h"
 #include "distributed/launch/exit_codes.h"
 #include "examples/mnist_flags.h"
 #include "train/trainer.h"
@@ -15,9 +14,6 @@
 using namespace kiln;
 
 int main(int argc, char** argv) {
-  cli::App app("Trains ResNet-18 on Fashion-MNIST (padded to 32x32) on the best device present.", "resnet");
-  app.footer("\nThe flags are //examples:mnist's (see its --help), with the recipe's defaults; --width 64 is\n"
-             "torchvision's ResNet-18. --pipeline-stages does not apply (ResNet-18 is not a Sequential).\n");
   examples::MnistFlags flags;
   flags.c.model = "resnet18";
   flags.c.width = 16;
@@ -25,9 +21,13 @@ int main(int argc, char** argv) {
   flags.c.batch_size = 128;
   flags.c.schedule = train::Schedule::cosine;
   flags.c.lr = flags.sgd_lr = 0.1;
-  flags.declare(app);
-  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (std::string problem = flags.finish(); !problem.empty()) return cli::usage_error(app, problem);
+  if (int rc = flags.parse(argc, argv, "resnet",
+                           "Trains ResNet-18 on Fashion-MNIST (padded to 32x32) on the best device present.",
+                           "\nThe flags are //examples:mnist's (see its --help), with the recipe's defaults; --width 64 "
+                           "is\ntorchvision's ResNet-18. --pipeline-stages does not apply (ResNet-18 is not a "
+                           "Sequential).\n");
+      rc >= 0)
+    return rc;
   const train::TrainConfig& config = flags.c;
   try {
     train::TrainResult r = train::train(config, std::cout);
