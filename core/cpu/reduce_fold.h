@@ -173,11 +173,6 @@ template <ReduceKind K, class T, class A> A fold_contiguous(const T* p, int64_t 
   return f.result();
 }
 
-template <ReduceKind K, class A, class To> inline To finish(A acc, int64_t count) {
-  if constexpr (K == ReduceKind::mean) return static_cast<To>(acc / static_cast<A>(count));
-  else return static_cast<To>(acc);
-}
-
 /// The most chunks run_chunks splits a reduction into: the partial results' arrays hold this many.
 inline constexpr int kMaxChunks = 16;
 

@@ -20,7 +20,14 @@ struct Layout {
   Shape kept, kept_x, kept_out;
   Shape red, red_x;
   int64_t outputs = 1, count = 1;
+  bool mean = false;  // divide each result by count (a mean folds as a sum)
 };
+
+/// An output's value from its folded accumulator. A mean is a sum's fold divided by the count in
+/// the accumulator's type, so sum and mean share every instantiation below.
+template <class A, class To> inline To finish(A acc, const Layout& L) {
+  return L.mean ? static_cast<To>(acc / static_cast<A>(L.count)) : static_cast<To>(acc);
+}
 
 /// Sorts dims by x stride, largest first (the walk order does not change any result: outputs are
 /// addressed through their own strides), then merges neighbours contiguous in every stride list.
@@ -94,7 +101,7 @@ void reduce_inner(To* out, const T* x, const Layout& L) {
     parallel_for(0, O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
       Walker w(L.kept, L.kept_x, L.kept_out);
       w.seek(b);
-      for (int64_t o = b; o < e; ++o, w.next()) out[w.off1()] = finish<K, A, To>(fold_runs(x + w.off0(), 0, n_runs), R);
+      for (int64_t o = b; o < e; ++o, w.next()) out[w.off1()] = finish<A, To>(fold_runs(x + w.off0(), 0, n_runs), L);
     });
     return;
   }
@@ -117,7 +124,7 @@ void reduce_inner(To* out, const T* x, const Layout& L) {
     }
     A acc = identity<K, A>();
     for (int c = 0; c < k; ++c) acc = step<K, A>(acc, partial[c]);
-    out[w.off1()] = finish<K, A, To>(acc, R);
+    out[w.off1()] = finish<A, To>(acc, L);
   }
 }
 
@@ -191,7 +198,7 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
         std::fill(acc, acc + kBlock, identity<K, A>());
         int64_t len, off;
         fold(it, 0, R, acc, len, off);
-        for (int64_t j = 0; j < len; ++j) out[off + j * out_step] = finish<K, A, To>(acc[j], R);
+        for (int64_t j = 0; j < len; ++j) out[off + j * out_step] = finish<A, To>(acc[j], L);
       }
     });
     return;
@@ -223,21 +230,21 @@ void reduce_rows(To* out, const T* x, const Layout& L) {
     for (int64_t j = 0; j < lens[it]; ++j) {
       A acc = partial[it * kBlock + j];
       for (int c = 1; c < k; ++c) acc = step<K, A>(acc, partial[(static_cast<size_t>(c) * items + it) * kBlock + j]);
-      out[offs[it] + j * out_step] = finish<K, A, To>(acc, R);
+      out[offs[it] + j * out_step] = finish<A, To>(acc, L);
     }
   }
 }
 
 template <ReduceKind K, class T, class To>
-void reduce_typed(Tensor& out, const Tensor& x, const IntList& dims) {
+void reduce_typed(Tensor& out, const Tensor& x, const IntList& dims, bool mean) {
   Layout L = make_layout(out, x, dims);
+  L.mean = mean;
   To* o = static_cast<To*>(out.data_ptr());
   if (L.count == 0) {  // an empty reduction gives the identity (mean: 0/0 = NaN)
     using A = acc_t<K, T>;
     KILN_CHECK(K != ReduceKind::max && K != ReduceKind::min,
                "{}: cannot reduce over a zero-size dimension (input shape {})", kind_name(K), x.sizes());
-    const To v = K == ReduceKind::mean ? static_cast<To>(std::numeric_limits<double>::quiet_NaN())
-                                       : finish<K, A, To>(identity<K, A>(), 1);
+    const To v = mean ? static_cast<To>(std::numeric_limits<double>::quiet_NaN()) : static_cast<To>(identity<K, A>());
     Walker w(L.kept, L.kept_out, L.kept_out);
     w.seek(0);
     for (int64_t i = 0; i < L.outputs; ++i, w.next()) o[w.off1()] = v;
@@ -270,6 +277,7 @@ void reduce_typed(Tensor& out, const Tensor& x, const IntList& dims) {
     }
     Tensor out_view = make_view(out, os, ost, out.offset());
     Layout L2 = make_layout(out_view, tmp, tail);
+    L2.mean = mean;
     reduce_inner<K, T, To>(o, static_cast<const T*>(tmp.data_ptr()), L2);
   }
 }
@@ -277,26 +285,28 @@ void reduce_typed(Tensor& out, const Tensor& x, const IntList& dims) {
 /// Bool and i32 inputs reduce through i64 copies: sums and products accumulate in i64 anyway,
 /// and max/min of the widened values are the same values, so the results are exactly those of
 /// reducing them directly, and the vectorised folds are compiled for one integer type, not three.
-template <ReduceKind K> void reduce_integral(Tensor& out, const Tensor& x, const IntList& dims) {
-  KILN_CHECK(out.dtype() == x.dtype() || out.dtype() == kInt64, "{}: cannot reduce {} into {}", kind_name(K),
-             x.dtype(), out.dtype());
+template <ReduceKind K>
+void reduce_integral(Tensor& out, const Tensor& x, const IntList& dims, bool mean, const char* name) {
+  KILN_CHECK(out.dtype() == x.dtype() || out.dtype() == kInt64, "{}: cannot reduce {} into {}", name, x.dtype(),
+             out.dtype());
   Tensor x64 = x;
   if (x.dtype() != kInt64) {
     x64 = make_tensor(x.sizes(), kInt64, x.device());
     kernels::copy[x.device()](x64, x);
   }
-  if (out.dtype() == kInt64) return reduce_typed<K, int64_t, int64_t>(out, x64, dims);
+  if (out.dtype() == kInt64) return reduce_typed<K, int64_t, int64_t>(out, x64, dims, mean);
   Tensor out64 = make_tensor(out.sizes(), kInt64, out.device());
-  reduce_typed<K, int64_t, int64_t>(out64, x64, dims);
+  reduce_typed<K, int64_t, int64_t>(out64, x64, dims, mean);
   kernels::copy[out.device()](out, out64);
 }
 
-template <ReduceKind K> void reduce_kind(Tensor& out, const Tensor& x, const IntList& dims) {
-  const char* name = kind_name(K).data();
-  if (!is_floating(x.dtype())) return reduce_integral<K>(out, x, dims);
+/// `mean` divides K's results by the count (K is sum then).
+template <ReduceKind K> void reduce_kind(Tensor& out, const Tensor& x, const IntList& dims, bool mean = false) {
+  const char* name = mean ? "mean" : kind_name(K).data();
+  if (!is_floating(x.dtype())) return reduce_integral<K>(out, x, dims, mean, name);
   KILN_DISPATCH_FLOATING(x.dtype(), name, [&]<class T>() {
     KILN_CHECK(out.dtype() == x.dtype(), "{}: cannot reduce {} into {}", name, x.dtype(), out.dtype());
-    reduce_typed<K, T, T>(out, x, dims);
+    reduce_typed<K, T, T>(out, x, dims, mean);
   });
 }
 
@@ -304,7 +314,7 @@ void reduce_kernel(ReduceKind kind, Tensor& out, const Tensor& x, const IntList&
   if (out.numel() == 0) return;
   switch (kind) {
     case ReduceKind::sum: return reduce_kind<ReduceKind::sum>(out, x, dims);
-    case ReduceKind::mean: return reduce_kind<ReduceKind::mean>(out, x, dims);
+    case ReduceKind::mean: return reduce_kind<ReduceKind::sum>(out, x, dims, /*mean=*/true);
     case ReduceKind::max: return reduce_kind<ReduceKind::max>(out, x, dims);
     case ReduceKind::min: return reduce_kind<ReduceKind::min>(out, x, dims);
     case ReduceKind::prod: return reduce_kind<ReduceKind::prod>(out, x, dims);

@@ -1,6 +1,7 @@
 #include "distributed/debug/flight_recorder.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>

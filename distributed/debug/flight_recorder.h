@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// Only json's declaration: this header reaches every training job, which never reads a dump
+// (nlohmann/json.hpp costs 2 s per translation unit); flight_recorder.cc includes the whole.
+#include <nlohmann/json_fwd.hpp>
 
 #include "distributed/backend/process_group.h"
 
