@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/grad_mode.h"
 #include "core/kernels.h"
 #include "core/ops.h"

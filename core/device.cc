@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include <fmt/format.h>
+
 namespace kiln {
 
 std::string_view device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
@@ -46,3 +48,7 @@ std::string Device::str() const {
 }
 
 }  // namespace kiln
+
+fmt::format_context::iterator fmt::formatter<kiln::Device>::format(const kiln::Device& d, format_context& ctx) const {
+  return formatter<std::string>::format(d.str(), ctx);
+}

@@ -49,8 +49,8 @@ void register_synchronize(DeviceType t, void (*sync)(int index));
 
 }  // namespace kiln
 
+/// A device ("cuda:1") in messages, with string format specs. The body is in device.cc (see the
+/// DType formatter in dtype.h).
 template <> struct fmt::formatter<kiln::Device> : fmt::formatter<std::string> {
-  auto format(const kiln::Device& d, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string>::format(d.str(), ctx);
-  }
+  format_context::iterator format(const kiln::Device& d, format_context& ctx) const;
 };

@@ -1,6 +1,8 @@
 // DType tables and PyTorch's promotion lattice.
 #include "core/dtype.h"
 
+#include <fmt/format.h>
+
 namespace kiln {
 
 size_t element_size(DType t) {
@@ -21,3 +23,7 @@ DType promote_types(DType a, DType b) {
 }
 
 }  // namespace kiln
+
+fmt::format_context::iterator fmt::formatter<kiln::DType>::format(kiln::DType t, format_context& ctx) const {
+  return formatter<std::string_view>::format(kiln::dtype_name(t), ctx);
+}

@@ -49,10 +49,10 @@ template <class T> using opmath_t = typename opmath<T>::type;
 
 }  // namespace kiln
 
+/// A dtype's name in messages, with string format specs ("{:>8}"). The body is in dtype.cc: the
+/// base's format() is defined in fmt/format.h, which Kiln's headers leave out (core/error.h).
 template <> struct fmt::formatter<kiln::DType> : fmt::formatter<std::string_view> {
-  auto format(kiln::DType t, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(kiln::dtype_name(t), ctx);
-  }
+  format_context::iterator format(kiln::DType t, format_context& ctx) const;
 };
 
 namespace kiln {

@@ -9,6 +9,7 @@
 // of MNIST's small convolutions on an H200.) One handle per thread and device.
 #include <cudnn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>

@@ -8,6 +8,8 @@
 
 #include <cxxabi.h>
 
+#include <fmt/format.h>
+
 #include "core/grad_mode.h"
 
 namespace kiln::nn {

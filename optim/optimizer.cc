@@ -6,6 +6,8 @@
 #include <charconv>
 #include <unordered_set>
 
+#include <fmt/ranges.h>
+
 #include "core/grad_mode.h"
 
 namespace kiln::optim {

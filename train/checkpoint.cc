@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/grad_mode.h"
 #include "nn/safetensors.h"
 

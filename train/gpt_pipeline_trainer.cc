@@ -10,6 +10,8 @@
 #include <ctime>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "core/parallel.h"
 #include "data/text_corpus.h"
 #include "distributed/backend/init.h"

@@ -3,6 +3,8 @@
 // consecutive ranks), then all replicate groups (the i-th rank of each run).
 #include <numeric>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "distributed/backend/init.h"
 #include "distributed/fsdp/fsdp.h"

@@ -62,5 +62,14 @@ TEST_CASE("a missing kernel is a NotImplementedError naming the kernel and the d
   CHECK_THROWS_AS(stub[Device(DeviceType::CPU, 0)], Error);
 }
 
+TEST_CASE("messages show shapes, dtypes and devices as PyTorch users read them, with format specs") {
+  // core/error.h formats std::vector<int64_t> itself (fmt/ranges.h's "[2, 3]" without its header).
+  CHECK(fmt::format("{}", Shape{2, 3}) == "[2, 3]");
+  CHECK(fmt::format("{}", Shape{}) == "[]");
+  CHECK(fmt::format("{} x {}", Shape{-1}, IntList{4, 0, 7}) == "[-1] x [4, 0, 7]");
+  CHECK(fmt::format("{}|{:>5}|", kFloat32, kFloat16) == "f32|  f16|");
+  CHECK(fmt::format("{}|{:<6}|", kCPU, Device(DeviceType::CPU)) == "cpu|cpu   |");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Linking //cuda registers a CUDA kernel for every entry of core's kernel table (checked without
 // a GPU: registration happens in static initialisers), and core sees the CUDA allocator.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <string>
 #include <vector>

@@ -2,6 +2,7 @@
 // forward timing, and a split balanced by measured time that every rank agrees on and that
 // differs from the parameter-count split where time and parameters disagree.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <thread>

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/ranges.h>
+
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
