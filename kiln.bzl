@@ -10,8 +10,10 @@ The flags travel with the targets, not with a .bazelrc, so a workspace that depe
 A consumer's own targets that include Kiln's headers use these macros too (they need C++20):
     load("@kiln//:kiln.bzl", "kiln_cc_binary")
 The optimisation level is the caller's (`-c opt`: -O2), except where a target sets its own: the
-CPU kernels -O3; tests, command-line parsers, the training loops (//train) and the collective
-flight recorder (//distributed/debug) -O1.
+CPU kernels and the collectives' reduction loops -O3; Kiln's glue code, which runs no loops over
+elements (core's op entry points, nn, autograd, optim, data, amp, profiler, models, train, the
+distributed bookkeeping, flag parsers) and tests -O1, for a shorter cold build. The tensor layer
+(//core:tensor) keeps -O2.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
