@@ -1,3 +1,4 @@
+// The body of core/error.h's formatter for shapes: "[2, 3]", as fmt/ranges.h writes a vector.
 #include "core/error.h"
 
 #include <fmt/format.h>

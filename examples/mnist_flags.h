@@ -9,7 +9,7 @@
 #include "train/trainer.h"
 
 // CLI11's types, named only: the mains that use this header (mnist, resnet) do not parse CLI11's
-// headers (5 s of compile each); mnist_flags.cc and the fuzzer include core/util/cli.h.
+// headers (3-5 s of compile each); mnist_flags.cc and the fuzzer include core/util/cli.h.
 namespace CLI {
 class App;
 class Option;
