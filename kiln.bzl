@@ -34,6 +34,14 @@ def kiln_opt(level):
         "//conditions:default": [],
     })
 
+def kiln_glue_copts():
+    """The copts of Kiln's glue code: -O1 in -c opt builds (kiln_opt). Glue runs no loops over
+    elements (op entry points, layers, autograd formulas, optimizers' bookkeeping, data readers,
+    the profiler, models, the training loops, the distributed bookkeeping, flag parsers): the
+    kernels run those, at -O3. -O1 compiles it about a quarter faster than -O2, with the training
+    speed unchanged (docs/building.md)."""
+    return kiln_opt("-O1")
+
 def kiln_cc_library(name, copts = [], **kwargs):
     """cc_library with kiln_copts(). Kernel libraries pass alwayslink = 1 (see core/BUILD)."""
     cc_library(name = name, copts = kiln_copts() + copts, **kwargs)
