@@ -26,7 +26,7 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& dest, const t
 
 }  // namespace
 
-int MnistFlags::parse(int argc, char** argv, const std::string& name, const std::string& description,
+int MnistFlags::parse(int argc, const char* const* argv, const std::string& name, const std::string& description,
                       const std::string& footer) {
   cli::App app(description, name);
   app.footer(footer);

@@ -9,7 +9,7 @@
 #include "train/trainer.h"
 
 // CLI11's types, named only: the mains that use this header (mnist, resnet) do not parse CLI11's
-// headers (3-5 s of compile each); mnist_flags.cc and the fuzzer include core/util/cli.h.
+// headers (3-5 s of compile each); mnist_flags.cc includes core/util/cli.h.
 namespace CLI {
 class App;
 class Option;
@@ -31,7 +31,7 @@ struct MnistFlags {
   /// `description`, then `footer`), parses argv and runs finish(). -1 when the program should go
   /// on, else the status to exit with (cli::parse's: 0 after --help, 2 after a bad command line,
   /// its message printed).
-  int parse(int argc, char** argv, const std::string& name, const std::string& description,
+  int parse(int argc, const char* const* argv, const std::string& name, const std::string& description,
             const std::string& footer);
   /// Adds the flags to `app`, writing into this struct.
   void declare(CLI::App& app);
