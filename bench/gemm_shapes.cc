@@ -15,6 +15,7 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
+#include "core/cpu/gemm.h"
 #include "core/util/cli.h"
 #include "core/ops.h"
 #include "core/parallel.h"
@@ -85,7 +86,9 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   bench::HostCheck host("gemm_shapes", allow_load);
   if (!host.may_report()) return bench::kLoadedExitCode;
-  fmt::print("matmul f32 at model shapes, {} threads (GFLOP/s, median of rounds)\n", get_num_threads());
+  const std::string library = cpu::sgemm_library();
+  fmt::print("matmul f32 at model shapes, {} threads (GFLOP/s, median of rounds); GEMM: Eigen ({}){}\n",
+             get_num_threads(), cpu::sgemm_isa(), library.empty() ? "" : ", large products " + library);
   fmt::print("{:<18} {:>22} {:>10}\n", "product", "M x K @ K x N", "GFLOP/s");
   nlohmann::ordered_json gflops;
   for (const GemmShape& s : shapes) {
@@ -96,7 +99,8 @@ int main(int argc, char** argv) {
                                                                 s.n, s.b_t ? "ᵀ" : ""), g);
     gflops[s.name] = g;
   }
-  nlohmann::ordered_json json = {{"bench", "gemm_shapes"}, {"threads", get_num_threads()}, {"gflops", gflops}};
+  nlohmann::ordered_json json = {{"bench", "gemm_shapes"}, {"threads", get_num_threads()},
+                                  {"isa", cpu::sgemm_isa()}, {"library", library}, {"gflops", gflops}};
   host.finish(json);
   fmt::print("{}\n", json.dump());
   return 0;

@@ -5,6 +5,13 @@
 // float picks its instruction set at run time, as PyTorch's CPU_CAPABILITY does: Eigen's kernel
 // compiled for AVX-512 when the CPU has it, else the build's baseline (AVX2 in the default
 // x86-64-v3 build). KILN_CPU_ISA=avx2 forces the baseline.
+//
+// Large float products can go to a BLAS library instead (the "library slot"): oneDNN's
+// dnnl_sgemm, loaded at run time from Debian's libdnnl2 where it is installed (tools/bazel
+// installs it), unless KILN_GEMM=eigen. On the GPT's and the MLP's large products it runs at
+// 1.1-1.2x Eigen's speed (docs/benchmarks.md); small products stay on Eigen. The caller decides
+// per whole product (sgemm_library_takes) and splits it into slabs that do not depend on the
+// thread count (matmul_kernel.cc), since oneDNN's kernels round differently at other slab sizes.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +29,16 @@ void dgemm(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b, double
 
 /// "avx512" or "baseline": what sgemm runs on this machine.
 const char* sgemm_isa();
+
+/// The library in the slot ("oneDNN 2.6.3"), or "" when none is loaded (Eigen runs everything).
+const char* sgemm_library();
+/// Rows below which a product stays on Eigen.
+inline constexpr int64_t kLibraryMinRows = 256;
+/// Whether a whole float product c[M, N] = a[M, K] @ b[K, N] goes to the library.
+bool sgemm_library_takes(int64_t M, int64_t N, int64_t K);
+/// sgemm through the library, serial on the calling thread; fails when none is loaded.
+void sgemm_library_run(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b, float* c, int64_t ldc,
+                       bool accumulate);
 
 template <class T>
 inline void gemm(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b, T* c, int64_t ldc, bool accumulate) {

@@ -1,12 +1,14 @@
-// CPU batched matrix multiply: out[b] = a[b] @ b[b] through Eigen's GEMM (core/cpu/gemm.h). Each 2-D slice is
+// CPU batched matrix multiply: out[b] = a[b] @ b[b] through core/cpu/gemm.h. Each 2-D slice is
 // mapped in place as row-major or column-major (a transposed view is column-major) with its
 // leading dimension, so transposes and batch broadcasts (stride 0) cost no copy; an operand is
 // copied only when neither of its inner strides is 1. A large product is split into one output
 // slab per thread of Kiln's pool, each a serial Eigen GEMM; many small ones run in parallel over
-// the batch.
+// the batch. Large float products (at least kLibraryMinRows rows) go to the GEMM library where one
+// is loaded (oneDNN, gemm.h), in row slabs fixed by the product and the machine's cores.
 // f16/bf16 compute in f32; integers use a plain loop.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dense.h"
 #include "core/cpu/gemm.h"
@@ -45,6 +47,26 @@ void gemm(T* c, int64_t ldc, const T* a, MatLayout la, const T* b, MatLayout lb,
 // core_bench's small shapes.
 constexpr int64_t kGemmGrain = int64_t{1} << 16;
 
+/// A float product through the GEMM library (gemm.h), in row slabs of at least kLibraryMinRows / 2
+/// rows, one per usable core at most. The slabs depend on the product and the machine's cores,
+/// not on the thread count: each is the same library call whichever thread runs it, so the
+/// bits are the same at any thread count (the library's kernels round differently at other slab
+/// heights). Fewer threads than slabs run several slabs each.
+void library_product(float* c, int64_t ldc, const float* a, MatLayout la, const float* b, MatLayout lb, int64_t M,
+                     int64_t N, int64_t K) {
+  static const int64_t cores = usable_cores();
+  const int64_t slabs = std::clamp<int64_t>(M / (kLibraryMinRows / 2), 1, cores);
+  const int64_t step = ((M + slabs - 1) / slabs + 15) / 16 * 16;
+  parallel_for(0, slabs, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s < hi; ++s) {
+      const int64_t r0 = s * step, r1 = std::min(M, r0 + step);
+      if (r0 >= r1) continue;
+      sgemm_library_run(r1 - r0, N, K, {a + (la.row_major ? r0 * la.ld : r0), la.row_major, la.ld},
+                        {b, lb.row_major, lb.ld}, c + r0 * ldc, ldc, /*accumulate=*/false);
+    }
+  });
+}
+
 template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b0) {
   Tensor a = a0, b = b0;
   MatLayout la = layout_of(a), lb = layout_of(b);
@@ -62,6 +84,13 @@ template <class T> void bmm_eigen(Tensor& out, const Tensor& a0, const Tensor& b
   auto one = [&](int64_t i) { gemm<T>(pc + i * sc, lc.ld, pa + i * sa, la, pb + i * sb, lb, M, N, K); };
   const int64_t work = M * N * K;
   const int nt = get_num_threads();
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_library_takes(M, N, K)) {
+      for (int64_t i = 0; i < B; ++i) library_product(pc + i * sc, lc.ld, pa + i * sa, la, pb + i * sb, lb, M, N, K);
+      if (!direct) kernels::copy[out.device()](out, c);
+      return;
+    }
+  }
   if (B > 1 && work * nt < kGemmGrain * 8) {
     // Many small products: spread the batch over threads (Eigen runs single-threaded inside a
     // parallel region).

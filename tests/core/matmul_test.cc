@@ -1,6 +1,7 @@
 // mm / bmm / matmul against naive f64 loops: many shapes, every 1-D promotion, broadcast batch
 // dims, transposed and strided (non-contiguous) operands, the parallel paths, 16-bit and integer
 // dtypes, and shape errors that name the op and both shapes.
+#include "core/cpu/gemm.h"
 #include "core/kernels.h"
 #include "core/matmul_precision.h"
 #include "core/parallel.h"
@@ -96,6 +97,37 @@ TEST_CASE("products give the same bits at any thread count (the slabs keep Eigen
     CHECK(one[i] == three[i]);
     CHECK(one[i] == four[i]);
   }
+}
+
+TEST_CASE("products on the GEMM library give the same bits at any thread count and match f64") {
+  // Large float products go to oneDNN (core/cpu/gemm.h) in row slabs fixed by the product and the
+  // machine's cores; 1-4 threads must run the same calls. Every layout, a row count that is no
+  // multiple of the slabs' 16-row steps, and a batch of them.
+  MESSAGE("GEMM library: ", std::string(cpu::sgemm_library()[0] ? cpu::sgemm_library() : "none (Eigen runs everything)"));
+  const int saved = get_num_threads();
+  manual_seed(4);
+  Tensor a = randn({300, 200}), at = randn({200, 300}), b = randn({200, 310}), bt = randn({310, 200});
+  Tensor big = randn({3, 1030, 96}), w = randn({96, 130});
+  const bool library = cpu::sgemm_library()[0] != 0;
+  if (library) CHECK(cpu::sgemm_library_takes(300, 310, 200));
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    return std::vector<std::vector<double>>{
+        matmul(a, b).to_vector<double>(), matmul(a, bt.transpose(0, 1)).to_vector<double>(),
+        matmul(at.transpose(0, 1), b).to_vector<double>(),
+        matmul(at.transpose(0, 1), bt.transpose(0, 1)).to_vector<double>(), matmul(big, w).to_vector<double>()};
+  };
+  const auto one = run(1), two = run(2), three = run(3), four = run(4);
+  set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO("product " << i);
+    CHECK(one[i] == two[i]);
+    CHECK(one[i] == three[i]);
+    CHECK(one[i] == four[i]);
+  }
+  CHECK_ALLCLOSE(matmul(a, bt.transpose(0, 1)), ref_matmul(a, bt.transpose(0, 1)), 1e-4, 1e-4);
+  CHECK_ALLCLOSE(matmul(at.transpose(0, 1), b), ref_matmul(at.transpose(0, 1), b), 1e-4, 1e-4);
+  CHECK_ALLCLOSE(matmul(big, w), ref_matmul(big, w), 1e-4, 1e-4);
 }
 
 TEST_CASE("bmm matches naive loops, including many small matrices run in parallel") {
