@@ -74,7 +74,9 @@ def main():
                              capture_output=True, text=True, check=True).stdout
         torch_runs.append(json.loads(out.strip().splitlines()[-1])["gflops"])
     rows = ratio_table(shapes, kiln_runs, torch_runs)
-    print(f"f32 GEMM at model shapes, {a.threads} threads, median of {a.repeats} interleaved runs; PyTorch: {label}")
+    library = children[0].get("library") or "none"
+    print(f"f32 GEMM at model shapes, {a.threads} threads, median of {a.repeats} interleaved runs; PyTorch: {label}; "
+          f"Kiln: Eigen ({children[0].get('isa')}), products of >= 256 rows on the GEMM library: {library}")
     print(f"{'product':<18} {'M x K @ K x N':>20} {'Kiln':>8} {'torch':>8} {'Kiln/torch':>11}")
     for r in rows:
         dims = f"{r['m']}x{r['k']}{'T' if r['a_t'] else ''} @ {r['k']}x{r['n']}{'T' if r['b_t'] else ''}"
@@ -82,7 +84,7 @@ def main():
     worst = min(rows, key=lambda r: r["ratio"])
     print(f"lowest: {worst['name']} at {worst['ratio']:.2f}x; {sum(r['ratio'] >= 0.95 for r in rows)} of {len(rows)} "
           f"products at >= 0.95x torch.matmul")
-    print(json.dumps(host.finish({"bench": "gemm_shapes_vs_pytorch", "torch": label, "threads": a.threads,
+    print(json.dumps(host.finish({"bench": "gemm_shapes_vs_pytorch", "torch": label, "library": library, "threads": a.threads,
                                   "repeats": a.repeats, "rows": rows}, children=children)))
 
 

@@ -44,22 +44,5 @@ std::string generate(GPT& model, const std::string& prompt, const SampleOptions&
   return text;
 }
 
-double cpu_peak_flops(int threads, std::string* description) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model = "unknown CPU";
-  double mhz = 0;
-  bool avx512 = false;
-  while (std::getline(in, line)) {
-    auto value = [&] { return line.substr(line.find(':') + 2); };
-    if (mhz == 0 && line.starts_with("cpu MHz")) mhz = std::stod(value());
-    if (model == "unknown CPU" && line.starts_with("model name")) model = value();
-    if (line.starts_with("flags") && line.find(" avx512f") != std::string::npos) avx512 = true;
-  }
-  const bool intel = model.find("Intel") != std::string::npos;
-  const int per_cycle = avx512 && intel ? 64 : 32;
-  if (description)
-    *description = fmt::format("{} threads x {:.0f} MHz x {} f32 FLOP/cycle ({})", threads, mhz, per_cycle, model);
-  return threads * mhz * 1e6 * per_cycle;
-}
 
 }  // namespace kiln::models::gpt

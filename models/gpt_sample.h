@@ -23,10 +23,4 @@ struct SampleOptions {
 /// bytes print as "?"). Runs in eval mode without recording, then restores training mode.
 std::string generate(GPT& model, const std::string& prompt, const SampleOptions& o, Device device);
 
-/// The CPU's peak f32 FLOP/s for `threads` cores: threads x clock (the "cpu MHz" of /proc/cpuinfo)
-/// x FLOPs per cycle per core (32: two 8-wide FMA pipes, as AVX2 cores and AMD's double-pumped
-/// AVX-512 have; 64 on Intel CPUs with AVX-512 and two 512-bit FMA units). `description` receives
-/// the derivation, e.g. "2 threads x 2596 MHz x 32 FLOP/cycle (AMD EPYC)".
-double cpu_peak_flops(int threads, std::string* description);
-
 }  // namespace kiln::models::gpt

@@ -16,6 +16,7 @@
 #include "models/gpt_sample.h"
 #include "profiler/memory.h"
 #include "train/gpt_callbacks.h"
+#include "train/run_monitor.h"
 
 namespace kiln::train::gpt {
 using namespace models::gpt;
@@ -115,8 +116,7 @@ TrainResult fit(const TrainConfig& config, std::ostream& log) {
   r.gpt = c.gpt;
   r.rank = rank, r.world_size = world, r.grad_accum = accum, r.tokens_per_step = budget;
   r.params = model->num_parameters();
-  const int used_threads = get_num_threads() * world;
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
+  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : measured_cpu_gemm_flops(&r.peak_description, world);
   if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
   if (auto* z = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&trainer.optimizer()))
     out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),

@@ -178,8 +178,7 @@ TrainResult train_sharded(const TrainConfig& config, std::ostream& log) {
     default_generator().set_state(state.rng);  // the split drew no numbers the saved run had not
   }
 
-  const int used_threads = get_num_threads() * pg->size();
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : cpu_peak_flops(used_threads, &r.peak_description);
+  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : measured_cpu_gemm_flops(&r.peak_description, pg->size());
   if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
   int64_t local_params = 0;
   if (m.fsdp)

@@ -7,6 +7,7 @@
 #include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "profiler/key_averages.h"
 #include "profiler/memory.h"
 #include "distributed/data_parallel/ddp.h"
@@ -18,23 +19,25 @@ const char* kPhaseNames[] = {"data", "forward", "backward", "fwd+bwd (pipeline)"
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-/// The f32 GEMM rate of this CPU as Kiln's own GEMM reaches it (a 1024^2 product, best of 3):
-/// the CPU has no published peak Kiln could look up, so MFU on CPU is against this.
-double measured_cpu_gemm_flops() {
+}  // namespace
+
+double measured_cpu_gemm_flops(std::string* description, int ranks) {
   NoGradGuard g;
   Generator own(1);  // not the run's generator: a resumed run must continue its random stream exactly
   Tensor a = randn({1024, 1024}, {}, &own), b = randn({1024, 1024}, {}, &own);
-  matmul(a, b);  // warm-up
+  for (int i = 0; i < 2; ++i) matmul(a, b);  // warm-up (the GEMM library compiles its kernels on first use)
   double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 8; ++i) {
     auto t = std::chrono::steady_clock::now();
     matmul(a, b);
     best = std::min(best, seconds(std::chrono::steady_clock::now() - t));
   }
-  return 2.0 * 1024 * 1024 * 1024 / best;
+  const double flops = 2.0 * 1024 * 1024 * 1024 / best;
+  if (description)
+    *description = fmt::format("measured f32 GEMM 1024^3 at {} threads: {:.0f} GFLOP/s{}", get_num_threads(), flops / 1e9,
+                               ranks > 1 ? fmt::format(", x {} ranks", ranks) : "");
+  return flops * ranks;
 }
-
-}  // namespace
 
 RunMonitor::RunMonitor(MonitorConfig config, int rank, double flops_per_sample, bool device_is_cuda, std::ostream& out)
     : config_(std::move(config)), rank_(rank), flops_per_sample_(flops_per_sample), out_(out) {
