@@ -5,8 +5,9 @@ schedule and thread count. Runs are interleaved (kiln, eager, compile, kiln, ...
 training tokens/s (the first step excluded), tokens per CPU-second of the process (all its threads:
 steadier than wall time when other jobs share the cores, though it also counts threads that spin
 while waiting), peak RSS and MFU are printed with Kiln's ratios, then one JSON line. MFU is the
-model's training FLOPs per second over this machine's measured GEMM peak: torch.matmul on
-2048 x 2048 f32 matrices at the same thread count, best of 5, measured before the runs.
+model's training FLOPs per second over this machine's measured GEMM peak at the same thread count:
+the faster of torch.matmul on 2048 x 2048 f32 matrices (best of 5, measured before the runs) and
+Kiln's own matmul (1024^3, best of 8, which each Kiln run measures at its start: the median).
 
   --quality-steps N    instead: one d6 run of N steps per framework (Kiln, PyTorch eager) with the
                        validation loss every --eval-every steps, both curves written as an SVG
@@ -125,32 +126,35 @@ def main():
                                       "pytorch_curve": torch_run["val_curve"], "svg": a.svg})))
         return
 
-    peak = gemm_peak_gflops(py, a.threads)
-    print(f"GEMM peak (torch.matmul 2048^3 f32, {a.threads} threads): {peak:.1f} GFLOP/s", flush=True)
+    torch_peak = gemm_peak_gflops(py, a.threads)
+    print(f"torch.matmul 2048^3 f32, {a.threads} threads: {torch_peak:.1f} GFLOP/s", flush=True)
     timed = common + ["--max-steps", str(a.steps), "--eval-every", "0", "--eval-batches", "1",
                       "--warmup-steps", "2", "--log-every", str(a.steps)]
     rows = []
     for model in a.models.split(","):
         runs = {"kiln": [], "eager": [], "compile": []}
         for _ in range(a.repeats):
-            runs["kiln"].append(last_json([a.kiln_bin, "--model", model, "--sample-tokens", "0",
-                                           "--peak-tflops", str(peak / 1000)] + timed))
+            runs["kiln"].append(last_json([a.kiln_bin, "--model", model, "--sample-tokens", "0"] + timed))
             runs["eager"].append(last_json([py, a.pytorch_script, "--model", model] + timed))
             if not a.no_compile:
                 runs["compile"].append(last_json([py, a.pytorch_script, "--model", model, "--compile"] + timed))
         def med(k, key):
             return statistics.median(r[key] for r in runs[k])
+        kiln_peak = med("kiln", "peak_gflops")
+        peak = max(torch_peak, kiln_peak)
+        # Training FLOPs per token (Kiln's count, the same model for all three) from Kiln's MFU.
+        flops_per_token = med("kiln", "mfu") * kiln_peak * 1e9 / med("kiln", "tokens_per_sec")
         row = {"model": model, "batch": a.batch_size, "seq_len": a.seq_len, "threads": a.threads,
-               "gemm_peak_gflops": peak}
+               "gemm_peak_gflops": peak, "torch_gemm_gflops": torch_peak, "kiln_gemm_gflops": kiln_peak}
         for k in (k for k, v in runs.items() if v):
             row[f"{k}_tok_s"], row[f"{k}_tok_cpu_s"] = med(k, "tokens_per_sec"), med(k, "tokens_per_cpu_sec")
             row[f"{k}_rss_mb"] = med(k, "peak_rss_mb")
-            # The same model and tokens: the FLOPs per token are Kiln's count for all three.
-            row[f"{k}_mfu"] = med("kiln", "mfu") * row[f"{k}_tok_s"] / med("kiln", "tokens_per_sec")
+            row[f"{k}_mfu"] = flops_per_token * row[f"{k}_tok_s"] / (peak * 1e9)
             if k != "kiln":
                 row[f"kiln_vs_{k}"] = row["kiln_tok_s"] / row[f"{k}_tok_s"]
                 row[f"kiln_vs_{k}_cpu"] = row["kiln_tok_cpu_s"] / row[f"{k}_tok_cpu_s"]
         rows.append(row)
+        print(f"{model} GEMM peak {peak:.1f} GFLOP/s (torch.matmul {torch_peak:.1f}, Kiln's matmul {kiln_peak:.1f})")
         for k in (k for k, v in runs.items() if v):
             ratio = "" if k == "kiln" else f"  kiln x{row[f'kiln_vs_{k}']:.2f} (per CPU-second x{row[f'kiln_vs_{k}_cpu']:.2f})"
             print(f"{model} {k:8s} {row[f'{k}_tok_s']:8.0f} tok/s {row[f'{k}_tok_cpu_s']:8.0f} tok/CPU-s "

@@ -155,6 +155,7 @@ std::string result_json(const TrainConfig& c, const TrainResult& r) {
       {"tokens_per_sec", r.tokens_per_sec},
       {"tokens_per_cpu_sec", r.tokens_per_cpu_sec},
       {"mfu", r.mfu},
+      {"peak_gflops", r.peak_flops / 1e9},
       {"peak_rss_mb", r.peak_rss_mb},
       {"peak_device_mb", r.peak_device_mb},
       {"checkpoints", r.checkpoints},
