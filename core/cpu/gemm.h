@@ -8,8 +8,9 @@
 //
 // Large float products can go to a BLAS library instead (the "library slot"): oneDNN's
 // dnnl_sgemm, loaded at run time from Debian's libdnnl2 where it is installed (tools/bazel
-// installs it), unless KILN_GEMM=eigen. On the GPT's and the MLP's large products it runs at
-// 1.1-1.2x Eigen's speed (docs/benchmarks.md); small products stay on Eigen. The caller decides
+// installs it), unless KILN_GEMM=eigen (KILN_GEMM=onednn fails where it cannot load). On the
+// GPT's products it runs at 1.00-1.17x Eigen's speed (docs/benchmarks.md); small products, where
+// its per-call cost shows, stay on Eigen, and so does f64. The caller decides
 // per whole product (sgemm_library_takes) and splits it into slabs that do not depend on the
 // thread count (matmul_kernel.cc), since oneDNN's kernels round differently at other slab sizes.
 #pragma once
@@ -34,7 +35,8 @@ const char* sgemm_isa();
 const char* sgemm_library();
 /// Rows below which a product stays on Eigen.
 inline constexpr int64_t kLibraryMinRows = 256;
-/// Whether a whole float product c[M, N] = a[M, K] @ b[K, N] goes to the library.
+/// Whether a whole float product c[M, N] = a[M, K] @ b[K, N] goes to the library: one is loaded,
+/// M >= kLibraryMinRows, N and K >= 64.
 bool sgemm_library_takes(int64_t M, int64_t N, int64_t K);
 /// sgemm through the library, serial on the calling thread; fails when none is loaded.
 void sgemm_library_run(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b, float* c, int64_t ldc,

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "core/cpu/gemm.h"
@@ -30,9 +29,14 @@ struct Library {
 const Library& library() {
   static const Library lib = [] {
     Library l;
-    const char* want = std::getenv("KILN_GEMM");
-    if (want != nullptr && std::strcmp(want, "eigen") == 0) return l;
+    const char* env = std::getenv("KILN_GEMM");
+    const std::string want = env != nullptr ? env : "";
+    KILN_CHECK(want.empty() || want == "eigen" || want == "onednn",
+               "KILN_GEMM={}: expected eigen (Eigen only) or onednn (require oneDNN), or unset (oneDNN where "
+               "installed)", want);
+    if (want == "eigen") return l;
     void* h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    KILN_CHECK(h != nullptr || want != "onednn", "KILN_GEMM=onednn: {} (Debian's libdnnl2 installs it)", dlerror());
     if (h == nullptr) return l;
     l.sgemm = reinterpret_cast<DnnlSgemm>(dlsym(h, "dnnl_sgemm"));
     // Debian's oneDNN runs on OpenMP; each calling thread asks it for one thread (below).
@@ -60,7 +64,8 @@ void sgemm_library_run(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOpera
   KILN_CHECK(lib.sgemm != nullptr, "sgemm: no GEMM library is loaded (KILN_GEMM={})",
              std::getenv("KILN_GEMM") ? std::getenv("KILN_GEMM") : "unset");
   // Kiln's pool does the threading: oneDNN's OpenMP runs one thread for each of Kiln's (the
-  // setting is per calling thread in libgomp).
+  // setting is per calling thread in libgomp; it also applies to OpenMP code the program itself
+  // runs on Kiln's threads).
   thread_local bool serial = false;
   if (!serial && lib.omp_set_num_threads != nullptr) {
     lib.omp_set_num_threads(1);
