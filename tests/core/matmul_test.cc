@@ -74,29 +74,35 @@ TEST_CASE("large products use the threaded GEMM and stay exact to tolerance") {
   CHECK_ALLCLOSE(mm(af, bf), ref_matmul(af, bf), 1e-4, 1e-4);
 }
 
+/// `products()` run at 1, 2, 3 and 4 threads must give the same bits, product by product.
+template <class F> void check_same_bits_at_1_to_4_threads(const F& products) {
+  const int saved = get_num_threads();
+  std::vector<std::vector<std::vector<double>>> runs;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    std::vector<std::vector<double>> values;
+    for (const Tensor& t : products()) values.push_back(t.to_vector<double>());
+    runs.push_back(std::move(values));
+  }
+  set_num_threads(saved);
+  for (size_t threads = 2; threads <= 4; ++threads)
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      INFO("product " << i << " at " << threads << " threads");
+      CHECK(runs[0][i] == runs[threads - 1][i]);
+    }
+}
+
 TEST_CASE("products give the same bits at any thread count (the slabs keep Eigen's panels whole)") {
   // The MLP's forward and backward products, a tall one split along M, and f64: each split into
   // 2, 3 and 4 slabs must compute every element with the same micro-kernel as one thread does.
-  const int saved = get_num_threads();
   manual_seed(3);
   Tensor a = randn({128, 784}), b = randn({784, 256}), g = randn({128, 256}), w = randn({256, 784});
   Tensor tall = randn({1000, 64}), skinny = randn({64, 40}), ad = randn({96, 300}, kFloat64),
          bd = randn({300, 200}, kFloat64);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    return std::vector<std::vector<double>>{
-        matmul(a, b).to_vector<double>(),               matmul(g.transpose(0, 1), a).to_vector<double>(),
-        matmul(g, w).to_vector<double>(),               matmul(tall, skinny).to_vector<double>(),
-        matmul(ad, bd).to_vector<double>()};
-  };
-  const auto one = run(1), two = run(2), three = run(3), four = run(4);
-  set_num_threads(saved);
-  for (size_t i = 0; i < one.size(); ++i) {
-    INFO("product " << i);
-    CHECK(one[i] == two[i]);
-    CHECK(one[i] == three[i]);
-    CHECK(one[i] == four[i]);
-  }
+  check_same_bits_at_1_to_4_threads([&] {
+    return std::vector<Tensor>{matmul(a, b), matmul(g.transpose(0, 1), a), matmul(g, w), matmul(tall, skinny),
+                               matmul(ad, bd)};
+  });
 }
 
 TEST_CASE("products on the GEMM library give the same bits at any thread count and match f64") {
@@ -104,27 +110,15 @@ TEST_CASE("products on the GEMM library give the same bits at any thread count a
   // machine's cores; 1-4 threads must run the same calls. Every layout, a row count that is no
   // multiple of the slabs' 16-row steps, and a batch of them.
   MESSAGE("GEMM library: ", std::string(cpu::sgemm_library()[0] ? cpu::sgemm_library() : "none (Eigen runs everything)"));
-  const int saved = get_num_threads();
   manual_seed(4);
   Tensor a = randn({300, 200}), at = randn({200, 300}), b = randn({200, 310}), bt = randn({310, 200});
   Tensor big = randn({3, 1030, 96}), w = randn({96, 130});
   const bool library = cpu::sgemm_library()[0] != 0;
   if (library) CHECK(cpu::sgemm_library_takes(300, 310, 200));
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    return std::vector<std::vector<double>>{
-        matmul(a, b).to_vector<double>(), matmul(a, bt.transpose(0, 1)).to_vector<double>(),
-        matmul(at.transpose(0, 1), b).to_vector<double>(),
-        matmul(at.transpose(0, 1), bt.transpose(0, 1)).to_vector<double>(), matmul(big, w).to_vector<double>()};
-  };
-  const auto one = run(1), two = run(2), three = run(3), four = run(4);
-  set_num_threads(saved);
-  for (size_t i = 0; i < one.size(); ++i) {
-    INFO("product " << i);
-    CHECK(one[i] == two[i]);
-    CHECK(one[i] == three[i]);
-    CHECK(one[i] == four[i]);
-  }
+  check_same_bits_at_1_to_4_threads([&] {
+    return std::vector<Tensor>{matmul(a, b), matmul(a, bt.transpose(0, 1)), matmul(at.transpose(0, 1), b),
+                               matmul(at.transpose(0, 1), bt.transpose(0, 1)), matmul(big, w)};
+  });
   CHECK_ALLCLOSE(matmul(a, bt.transpose(0, 1)), ref_matmul(a, bt.transpose(0, 1)), 1e-4, 1e-4);
   CHECK_ALLCLOSE(matmul(at.transpose(0, 1), b), ref_matmul(at.transpose(0, 1), b), 1e-4, 1e-4);
   CHECK_ALLCLOSE(matmul(big, w), ref_matmul(big, w), 1e-4, 1e-4);
