@@ -45,8 +45,7 @@ RunMonitor::RunMonitor(MonitorConfig config, int rank, double flops_per_sample, 
     peak_flops_ = config_.peak_gflops * 1e9;
     peak_source_ = "--peak-gflops";
   } else if (!device_is_cuda && flops_per_sample_ > 0) {
-    peak_flops_ = measured_cpu_gemm_flops();
-    peak_source_ = "this CPU's measured f32 GEMM rate (1024^2, Kiln's GEMM)";
+    peak_flops_ = measured_cpu_gemm_flops(&peak_source_);
   } else {
     peak_source_ = "unknown (pass --peak-gflops with the GPU's peak for the dtype trained in)";
   }

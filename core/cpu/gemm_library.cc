@@ -42,6 +42,8 @@ const Library& library() {
     // Debian's oneDNN runs on OpenMP; each calling thread asks it for one thread (below).
     l.omp_set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(h, "omp_set_num_threads"));
     auto version = reinterpret_cast<const DnnlVersion* (*)()>(dlsym(h, "dnnl_version"));
+    KILN_CHECK((l.sgemm != nullptr && version != nullptr) || want != "onednn",
+               "KILN_GEMM=onednn: libdnnl.so.2 lacks dnnl_sgemm or dnnl_version (oneDNN 2.x expected)");
     if (l.sgemm == nullptr || version == nullptr) return Library{};
     const DnnlVersion* v = version();
     l.name = fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
