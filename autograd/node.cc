@@ -76,6 +76,31 @@ Edge gradient_edge(const Tensor& t) {
   return Edge{acc, 0};
 }
 
+namespace {
+
+/// Whether `g` is the only way to reach its memory: no other tensor holds it, its storage, or
+/// (for a view without history, such as mm's result squeezed out of bmm's [1, m, n]) the base it
+/// was viewed from.
+bool sole_owner(const Tensor& g) {
+  const TensorImpl* i = g.unsafe_impl();
+  if (g.impl_ptr().use_count() != 1) return false;
+  if (i->view_base == nullptr) return g.storage().use_count() == 1;
+  const TensorImpl* base = i->view_base.get();
+  return i->autograd == nullptr && i->view_base.use_count() == 1 && base->view_base == nullptr &&
+         base->autograd == nullptr && base->storage == i->storage && g.storage().use_count() == 2;
+}
+
+/// `g` as a tensor of its own (not a view), sharing its memory; `g` is dropped.
+Tensor owned_alias(Tensor& g) {
+  if (g.unsafe_impl()->view_base == nullptr) return std::move(g);
+  const TensorImpl* i = g.unsafe_impl();
+  Tensor t(std::make_shared<TensorImpl>(i->storage, i->sizes, i->strides, i->offset, i->dtype));
+  g = Tensor();
+  return t;
+}
+
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   std::shared_ptr<TensorImpl> impl = leaf_.lock();
   if (!impl || !grads[0].defined()) return {};
@@ -85,8 +110,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!m.grad.defined()) {
     // Steal the incoming buffer when nobody else holds it; otherwise keep a private copy so a
     // later in-place accumulation cannot write into someone else's tensor.
-    bool sole_owner = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
-    m.grad = sole_owner && g.is_contiguous() ? g : g.clone();
+    m.grad = sole_owner(g) && g.is_contiguous() ? owned_alias(g) : g.clone();
   } else {
     m.grad.add_(g);
   }

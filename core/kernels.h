@@ -134,13 +134,14 @@ namespace kiln::kernels {
                     std::vector<Tensor>& exp_avgs, std::vector<Tensor>& exp_avg_sqs,           \
                     std::vector<Tensor>& max_exp_avg_sqs, const AdamStepParams& s))            \
   /* fused attention: q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv], out [B, H, Tq, Dv]   \
-     contiguous, one floating dtype; mask undefined or [B, H, Tq, Tk] with any strides, bool or \
+     in one floating dtype, each with attention_4d's strides (last dim's 1, rows not           \
+     overlapping; any others); mask undefined or [B, H, Tq, Tk] with any strides, bool or     \
      q's dtype; lse [B, H, Tq] contiguous, f64 for f64 q else f32 */                          \
   _(attention_forward, void(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,         \
                             const Tensor& v, const Tensor& mask, const AttentionParams& p))    \
-  /* writes (=) grad_q, grad_k, grad_v (shapes and dtype of q, k, v; contiguous) and, when      \
-     defined, grad_mask ([B, H, Tq, Tk] contiguous, q's dtype: the additive mask's gradient)    \
-     from the forward's out and lse */                                                         \
+  /* writes (=) grad_q, grad_k, grad_v (shapes and dtype of q, k, v; attention_4d's strides), \
+     and when defined grad_mask ([B, H, Tq, Tk] contiguous, q's dtype: the additive mask's     \
+     gradient) from the forward's out and lse */                                               \
   _(attention_backward, void(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor& grad_mask, \
                              const Tensor& grad_out, const Tensor& q, const Tensor& k,         \
                              const Tensor& v, const Tensor& mask, const Tensor& out,           \

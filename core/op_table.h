@@ -25,6 +25,9 @@ namespace kiln::op {
   _(slice, Tensor(const Tensor&, int64_t dim, int64_t start, int64_t end, int64_t step))     \
   _(expand, Tensor(const Tensor&, const Shape&))                                             \
   _(cat, Tensor(const std::vector<Tensor>&, int64_t dim))                                    \
+  /* views of consecutive pieces of `dim` (sizes checked by split_with_sizes); one backward     \
+     node joins their gradients */                                                             \
+  _(split_with_sizes, std::vector<Tensor>(const Tensor&, const IntList& sizes, int64_t dim))  \
   _(index_select, Tensor(const Tensor&, int64_t dim, const Tensor& index))                   \
   _(gather, Tensor(const Tensor&, int64_t dim, const Tensor& index))                         \
   _(scatter_add, Tensor(const Tensor&, int64_t dim, const Tensor& index, const Tensor& src))  \

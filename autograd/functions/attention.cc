@@ -8,7 +8,7 @@
 namespace kiln::autograd {
 namespace {
 
-Shape lead_of(const Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end() - 2); }
+Shape lead_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 
 Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                           const AttentionParams& p) {
@@ -32,13 +32,21 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, con
                         v4 = attention_4d(sv.unpack(name)), o4 = attention_4d(sout.unpack(name));
            const Tensor g4 = attention_4d(gs[0].dtype() == dtype ? gs[0] : gs[0].to(dtype));
            const Tensor lse3 = slse.unpack(name).reshape({q4.size(0), q4.size(1), q4.size(2)});
-           const Shape lead = lead_of(q4.reshape(q_shape));
+           const Shape lead = lead_of(q_shape);
            const int64_t Tq = q4.size(2), Tk = k4.size(2);
            const Tensor m4 = attention_mask_4d(smask.unpack(name), lead, Tq, Tk, dtype);
-           Tensor gq = make_tensor(q4.sizes(), dtype, q4.device()), gk = make_tensor(k4.sizes(), dtype, q4.device()),
-                  gv = make_tensor(v4.sizes(), dtype, q4.device());
+           // The gradients in attention_output's [.., T, H, D] layout, as the model's heads usually
+           // are: the transpose back and the merge of the heads cost no copy.
+           auto grad_like = [&](const Shape& s) {
+             const Shape sl(s.begin(), s.end() - 2);
+             return attention_output(sl, s[s.size() - 2], s.back(), dtype, q4.device());
+           };
+           Tensor gq = grad_like(q_shape), gk = grad_like(k_shape), gv = grad_like(v_shape);
+           Tensor gq4 = attention_4d(gq), gk4 = attention_4d(gk), gv4 = attention_4d(gv);
+           KILN_CHECK(gq4.storage() == gq.storage() && gk4.storage() == gk.storage() && gv4.storage() == gv.storage(),
+                      "{}: internal: a gradient's [B, H, T, D] view is a copy", name);
            Tensor gm = need_mask ? make_tensor({q4.size(0), q4.size(1), Tq, Tk}, dtype, q4.device()) : Tensor();
-           kernels::attention_backward[q4.device()](gq, gk, gv, gm, g4, q4, k4, v4, m4, o4, lse3, p);
+           kernels::attention_backward[q4.device()](gq4, gk4, gv4, gm, g4, q4, k4, v4, m4, o4, lse3, p);
            if (gm.defined()) {
              Shape full = lead;
              full.push_back(Tq);
@@ -46,7 +54,7 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, con
              gm = sum_to(gm.reshape(full), mask_shape);
              if (gm.dtype() != mask_dtype) gm = gm.to(mask_dtype);
            }
-           return {gq.reshape(q_shape), gk.reshape(k_shape), gv.reshape(v_shape), gm};
+           return {gq, gk, gv, gm};
          });
   return out;
 }

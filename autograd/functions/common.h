@@ -21,7 +21,7 @@ inline std::string backward_name(std::string_view kind) {
 }
 
 /// Runs a primitive's forward without recording anything.
-template <class F> Tensor forward_no_grad(F&& f) {
+template <class F> auto forward_no_grad(F&& f) {
   NoGradGuard g;
   return f();
 }

@@ -1,5 +1,5 @@
 // Backward formulas of views, joins and conversions: each sends the gradient back to the
-// input's geometry (reshape back, inverse permute, pad a slice, sum an expansion, split a cat).
+// input's geometry (reshape back, inverse permute, pad a slice, join a split, sum an expansion, split a cat).
 #include "autograd/functions/common.h"
 
 namespace kiln::autograd {
@@ -44,6 +44,28 @@ Tensor slice_autograd(const Tensor& x, int64_t dim, int64_t start, int64_t end, 
     return {gx};
   });
   return out;
+}
+
+std::vector<Tensor> split_with_sizes_autograd(const Tensor& x, const IntList& sizes, int64_t dim) {
+  std::vector<Tensor> outs = forward_no_grad([&] { return op::split_with_sizes.forward(x, sizes, dim); });
+  for (Tensor& o : outs) o.unsafe_impl()->view_tracks_grad = true;
+  const Shape in_shape = x.sizes();
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  // One node for all the pieces: their gradients are copied side by side into one tensor (zeros
+  // for a piece that got none), not each padded to the input's size and summed.
+  record("SplitBackward", {x}, outs, [=](const std::vector<Tensor>& gs) -> std::vector<Tensor> {
+    Tensor gx = make_tensor(in_shape, dt, dev);
+    int64_t at = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Tensor window = op::slice(gx, dim, at, at + sizes[i], 1);
+      if (i < gs.size() && gs[i].defined()) window.copy_(gs[i]);
+      else window.zero_();
+      at += sizes[i];
+    }
+    return {gx};
+  });
+  return outs;
 }
 
 Tensor expand_autograd(const Tensor& x, const Shape& shape) {
@@ -110,6 +132,7 @@ KILN_REGISTER_AUTOGRAD(permute, &kiln::autograd::permute_autograd);
 KILN_REGISTER_AUTOGRAD(slice, &kiln::autograd::slice_autograd);
 KILN_REGISTER_AUTOGRAD(expand, &kiln::autograd::expand_autograd);
 KILN_REGISTER_AUTOGRAD(cat, &kiln::autograd::cat_autograd);
+KILN_REGISTER_AUTOGRAD(split_with_sizes, &kiln::autograd::split_with_sizes_autograd);
 KILN_REGISTER_AUTOGRAD(to_dtype, &kiln::autograd::to_dtype_autograd);
 KILN_REGISTER_AUTOGRAD(to_device, &kiln::autograd::to_device_autograd);
 KILN_REGISTER_AUTOGRAD(clone, &kiln::autograd::clone_autograd);

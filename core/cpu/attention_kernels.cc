@@ -16,6 +16,9 @@
 // run over (head, key block) tasks and dQ over (head, query block) tasks, recomputing the scores.
 // The choice depends on the shape, never on the thread count, and no two tasks write the same
 // gradient rows, so gradients are bit-identical at any thread count.
+// q, k, v, the output, its gradient and the gradients of q, k, v are read and written through
+// their strides (the last dim's is 1: attention_4d's contract), so a model's [B, T, H, D] heads,
+// sliced out of one qkv projection, reach the kernel without a copy.
 // GEMMs are core/cpu/gemm.h's serial kernels; row operations are Eigen arrays (vectorised exp).
 // f16/bf16 compute in f32.
 #include <Eigen/Core>
@@ -23,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/ops/attention.h"
@@ -56,6 +60,18 @@ inline int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
 };
+
+/// A [B, H, T, D] operand by its strides (in elements; the last dim's is 1): row(b, h, t) is
+/// where row t of head (b, h) starts, and rows are `st` apart (a GEMM's leading dim).
+template <class T> struct Heads {
+  T* data;
+  int64_t sb, sh, st;
+  T* row(int64_t b, int64_t h, int64_t t) const { return data + b * sb + h * sh + t * st; }
+};
+
+template <class T> Heads<T> heads_of(const Tensor& x) {
+  return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
+}
 
 /// Reads the mask (any strides) as additive values (0 or -inf for bool).
 template <class T> struct MaskReader {
@@ -107,8 +123,8 @@ void dropout_keep(T* keep, const AttentionParams& p, uint32_t thr, int64_t e0, i
 }
 
 template <class T>
-void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const MaskReader<T>& mask, const Dims& d,
-                   const AttentionParams& p) {
+void forward_typed(const Heads<T>& out, T* lse, const Heads<const T>& q, const Heads<const T>& k,
+                   const Heads<const T>& v, const MaskReader<T>& mask, const Dims& d, const AttentionParams& p) {
   const int64_t qblocks = (d.Tq + kBr - 1) / kBr;
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -120,9 +136,7 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBr, nr = std::min(kBr, d.Tq - i0);
       const int64_t b = bh / d.H, h = bh % d.H;
-      const T* Q = q + (bh * d.Tq + i0) * d.D;
-      const T* K = k + bh * d.Tk * d.D;
-      const T* V = v + bh * d.Tk * d.Dv;
+      const T* Q = q.row(b, h, i0);
       std::fill(O.begin(), O.end(), T(0));
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
@@ -130,7 +144,7 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
       for (int64_t j0 = 0; j0 < jend; j0 += kKeyChunk) {
         const int64_t nc = std::min(kKeyChunk, jend - j0);
         // S = Q K^T for the whole chunk in one GEMM.
-        gemm<T>(nr, nc, d.D, {Q, true, d.D}, {K + j0 * d.D, false, d.D}, S.data(), ld, false);
+        gemm<T>(nr, nc, d.D, {Q, true, q.st}, {k.row(b, h, j0), false, k.st}, S.data(), ld, false);
         for (int64_t r = 0; r < nr; ++r) {
           RowMap<T> row(S.data() + r * ld, nc);
           row *= scale;
@@ -153,11 +167,11 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
           }
         }
         // O += P V for the whole chunk in one GEMM.
-        gemm<T>(nr, d.Dv, nc, {S.data(), true, ld}, {V + j0 * d.Dv, true, d.Dv}, O.data(), d.Dv, true);
+        gemm<T>(nr, d.Dv, nc, {S.data(), true, ld}, {v.row(b, h, j0), true, v.st}, O.data(), d.Dv, true);
       }
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t i = i0 + r;
-        RowMap<T> dst(out + (bh * d.Tq + i) * d.Dv, d.Dv);
+        RowMap<T> dst(out.row(b, h, i), d.Dv);
         if (l[r] > T(0)) {
           dst = RowMap<T>(O.data() + r * d.Dv, d.Dv) / l[r];
           lse[bh * d.Tq + i] = m[r] + std::log(l[r]);
@@ -172,8 +186,9 @@ void forward_typed(T* out, T* lse, const T* q, const T* k, const T* v, const Mas
 
 /// The backward's operands and options, shared by its tasks.
 template <class T> struct BackwardArgs {
-  T *gq, *gk, *gv, *gmask;
-  const T *go, *q, *k, *v, *out;
+  Heads<T> gq, gk, gv;
+  T* gmask;  // contiguous [B, H, Tq, Tk], or null
+  Heads<const T> go, q, k, v;
   const T* lse;   // [B * H * Tq], +inf where the forward's was -inf (a row with no key: P = 0)
   const T* dsum;  // [B * H * Tq]: dO_i . O_i
   const MaskReader<T>* mask;
@@ -197,16 +212,16 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
   const Dims& d = a.d;
   const AttentionParams& p = a.p;
   const int64_t b = bh / d.H, h = bh % d.H;
-  const T *Q = a.q + bh * d.Tq * d.D, *K = a.k + bh * d.Tk * d.D, *V = a.v + bh * d.Tk * d.Dv;
-  const T *GO = a.go + bh * d.Tq * d.Dv, *L = a.lse + bh * d.Tq, *Dsum = a.dsum + bh * d.Tq;
+  const T *L = a.lse + bh * d.Tq, *Dsum = a.dsum + bh * d.Tq;
   const T scale = static_cast<T>(p.scale);
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
   for (int64_t i0 = q0; i0 < q1; i0 += kQueryChunk) {
     const int64_t nq = std::min(kQueryChunk, q1 - i0), ld = padded(nq);
     T *P = w.P.data(), *dP = w.dP.data();
     // S^T = K Q^T and dP^T = V dO^T: [keys, queries], one GEMM each.
-    gemm<T>(nc, nq, d.D, {K + j0 * d.D, true, d.D}, {Q + i0 * d.D, false, d.D}, P, ld, false);
-    gemm<T>(nc, nq, d.Dv, {V + j0 * d.Dv, true, d.Dv}, {GO + i0 * d.Dv, false, d.Dv}, dP, ld, false);
+    const T *K = a.k.row(b, h, j0), *Q = a.q.row(b, h, i0), *GO = a.go.row(b, h, i0);
+    gemm<T>(nc, nq, d.D, {K, true, a.k.st}, {Q, false, a.q.st}, P, ld, false);
+    gemm<T>(nc, nq, d.Dv, {a.v.row(b, h, j0), true, a.v.st}, {GO, false, a.go.st}, dP, ld, false);
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t j = j0 + c;
       RowMap<T> pr(P + c * ld, nq), dpr(dP + c * ld, nq);
@@ -233,12 +248,11 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
     // dV += P^T dO and dK += dS^T Q (inner dimension: the queries), dQ += dS K (dS scaled).
     if (with_kv) {
       const T* Pv = p.dropout_p > 0 ? w.Pd.data() : P;
-      gemm<T>(nc, d.Dv, nq, {Pv, true, ld}, {GO + i0 * d.Dv, true, d.Dv}, a.gv + (bh * d.Tk + j0) * d.Dv, d.Dv,
-              true);
-      gemm<T>(nc, d.D, nq, {dP, true, ld}, {Q + i0 * d.D, true, d.D}, a.gk + (bh * d.Tk + j0) * d.D, d.D, true);
+      gemm<T>(nc, d.Dv, nq, {Pv, true, ld}, {GO, true, a.go.st}, a.gv.row(b, h, j0), a.gv.st, true);
+      gemm<T>(nc, d.D, nq, {dP, true, ld}, {Q, true, a.q.st}, a.gk.row(b, h, j0), a.gk.st, true);
     }
     if (with_q)
-      gemm<T>(nq, d.D, nc, {dP, false, ld}, {K + j0 * d.D, true, d.D}, a.gq + (bh * d.Tq + i0) * d.D, d.D, true);
+      gemm<T>(nq, d.D, nc, {dP, false, ld}, {K, true, a.k.st}, a.gq.row(b, h, i0), a.gq.st, true);
   }
 }
 
@@ -248,10 +262,15 @@ inline int64_t first_query(int64_t j0, bool causal) { return causal ? j0 : 0; }
 template <class T> void backward_typed(const BackwardArgs<T>& a) {
   const Dims& d = a.d;
   const bool dropout = a.p.dropout_p > 0;
-  std::fill(a.gq, a.gq + d.B * d.H * d.Tq * d.D, T(0));
-  std::fill(a.gk, a.gk + d.B * d.H * d.Tk * d.D, T(0));
-  std::fill(a.gv, a.gv + d.B * d.H * d.Tk * d.Dv, T(0));
   const int64_t BH = d.B * d.H, kt = (d.Tk + kBc - 1) / kBc;
+  parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {  // the GEMMs accumulate into zeroed gradients
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.H, h = bh % d.H;
+      for (int64_t i = 0; i < d.Tq; ++i) std::fill_n(a.gq.row(b, h, i), d.D, T(0));
+      for (int64_t j = 0; j < d.Tk; ++j) std::fill_n(a.gk.row(b, h, j), d.D, T(0));
+      for (int64_t j = 0; j < d.Tk; ++j) std::fill_n(a.gv.row(b, h, j), d.Dv, T(0));
+    }
+  });
   if (BH >= kOnePassHeads) {
     // Enough heads: one task per head, each key block visited once.
     parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
@@ -299,18 +318,29 @@ Tensor mask_as(const Tensor& mask, DType cd) {
   return mask.to(cd);
 }
 
+/// An operand as the kernel reads it: itself in the compute dtype (with the strides attention_4d
+/// allows), else a contiguous copy converted to it.
+Tensor readable_as(const Tensor& t, DType cd) { return !t.defined() || t.dtype() == cd ? t : dense_as(t, cd); }
+/// Where the kernel writes `out`: itself in the compute dtype (any strides with a unit last one),
+/// else a contiguous tensor in it that write_back converts into `out`.
+Tensor written_as(const Tensor& out, DType cd) {
+  if (!out.defined() || out.dtype() == cd) return out;
+  return make_tensor(out.sizes(), cd, out.device());
+}
+
 void attention_forward_kernel(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& mask, const AttentionParams& p) {
   const DType cd = compute_dtype(q.dtype());
-  const Tensor qc = dense_as(q, cd), kc = dense_as(k, cd), vc = dense_as(v, cd), mc = mask_as(mask, cd);
-  Tensor oc = writable_as(out, cd), lc = writable_as(lse, cd);
+  const Tensor qc = readable_as(q, cd), kc = readable_as(k, cd), vc = readable_as(v, cd), mc = mask_as(mask, cd);
+  Tensor oc = written_as(out, cd), lc = writable_as(lse, cd);
   const Dims d = dims_of(q, k, v);
-  if (cd == kFloat64)
-    forward_typed(oc.data_ptr<double>(), lc.data_ptr<double>(), qc.data_ptr<double>(), kc.data_ptr<double>(),
-                  vc.data_ptr<double>(), MaskReader<double>(mc), d, p);
-  else
-    forward_typed(oc.data_ptr<float>(), lc.data_ptr<float>(), qc.data_ptr<float>(), kc.data_ptr<float>(),
-                  vc.data_ptr<float>(), MaskReader<float>(mc), d, p);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(heads_of<T>(oc), lc.data_ptr<T>(), heads_of<const T>(qc), heads_of<const T>(kc),
+                  heads_of<const T>(vc), MaskReader<T>(mc), d, p);
+  };
+  if (cd == kFloat64) run(double{});
+  else run(float{});
   write_back(out, oc);
   write_back(lse, lc);
 }
@@ -319,29 +349,32 @@ void attention_backward_kernel(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, T
                                const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p) {
   const DType cd = compute_dtype(q.dtype());
-  const Tensor qc = dense_as(q, cd), kc = dense_as(k, cd), vc = dense_as(v, cd), mc = mask_as(mask, cd),
-               gc = dense_as(grad_out, cd), oc = dense_as(out, cd), lc = dense_as(lse, cd);
-  Tensor gqc = writable_as(grad_q, cd), gkc = writable_as(grad_k, cd), gvc = writable_as(grad_v, cd),
+  const Tensor qc = readable_as(q, cd), kc = readable_as(k, cd), vc = readable_as(v, cd), mc = mask_as(mask, cd),
+               gc = readable_as(grad_out, cd), oc = readable_as(out, cd), lc = dense_as(lse, cd);
+  Tensor gqc = written_as(grad_q, cd), gkc = written_as(grad_k, cd), gvc = written_as(grad_v, cd),
          gmc = writable_as(grad_mask, cd);
   const Dims d = dims_of(q, k, v);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const MaskReader<T> mr(mc);
+    const Heads<const T> go = heads_of<const T>(gc), o = heads_of<const T>(oc);
     // D_i = dO_i . O_i = sum_j P_ij dP_ij (dropout included), the softmax backward's row term.
     const int64_t rows = d.B * d.H * d.Tq;
     std::vector<T> dsum(rows);
-    const T *go = gc.data_ptr<T>(), *o = oc.data_ptr<T>();
     parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(d.Dv, 1)), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i)
-        dsum[i] = (Eigen::Map<const Arr<T>>(go + i * d.Dv, d.Dv) * Eigen::Map<const Arr<T>>(o + i * d.Dv, d.Dv)).sum();
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t bh = i / d.Tq, b = bh / d.H, h = bh % d.H, t = i % d.Tq;
+        dsum[i] = (ConstRowMap<T>(go.row(b, h, t), d.Dv) * ConstRowMap<T>(o.row(b, h, t), d.Dv)).sum();
+      }
     });
     // A row that attended to nothing (lse -inf) gets P = exp(s - inf) = 0 in every column.
     std::vector<T, Eigen::aligned_allocator<T>> lse_or_inf(lc.data_ptr<T>(), lc.data_ptr<T>() + rows);
     for (T& x : lse_or_inf)
       if (x == -std::numeric_limits<T>::infinity()) x = std::numeric_limits<T>::infinity();
-    const BackwardArgs<T> args{gqc.data_ptr<T>(), gkc.data_ptr<T>(), gvc.data_ptr<T>(),
-                               gmc.defined() ? gmc.data_ptr<T>() : nullptr, go, qc.data_ptr<T>(), kc.data_ptr<T>(),
-                               vc.data_ptr<T>(), o, lse_or_inf.data(), dsum.data(), &mr, d, p};
+    const BackwardArgs<T> args{heads_of<T>(gqc), heads_of<T>(gkc), heads_of<T>(gvc),
+                               gmc.defined() ? gmc.data_ptr<T>() : nullptr, go, heads_of<const T>(qc),
+                               heads_of<const T>(kc), heads_of<const T>(vc), lse_or_inf.data(), dsum.data(), &mr, d,
+                               p};
     backward_typed(args);
   };
   if (gmc.defined() && d.Tq * d.Tk > 0) {

@@ -65,7 +65,22 @@ Tensor attention_forward_only(const Tensor& q, const Tensor& k, const Tensor& v,
 
 Tensor attention_4d(const Tensor& x) {
   const auto [b, h] = split_lead(lead_of(x));
-  return dense(x).reshape({b, h, x.size(-2), x.size(-1)});
+  // Rows whose elements are adjacent and that do not overlap, as a GEMM reads them; anything else
+  // (a transposed last dim, keys expanded along T) is copied.
+  const int64_t t = x.size(-2), d = x.size(-1);
+  const bool rows_ok = (d == 1 || x.stride(-1) == 1) && (t == 1 || x.stride(-2) >= d);
+  return (rows_ok ? x : dense(x)).reshape({b, h, t, d});  // merging the leading dims copies only if it must
+}
+
+Tensor attention_output(const Shape& lead, int64_t T, int64_t D, DType dtype, Device device) {
+  Shape shape = lead;
+  shape.push_back(T);
+  shape.push_back(D);
+  if (lead.empty()) return make_tensor(shape, dtype, device);
+  Shape layout = shape;  // [..., H, T, D] laid out as [..., T, H, D]
+  std::swap(layout[lead.size() - 1], layout[lead.size()]);
+  const int64_t n = static_cast<int64_t>(shape.size());
+  return make_tensor(layout, dtype, device).transpose(n - 3, n - 2);
 }
 
 Tensor attention_mask_4d(const Tensor& mask, const Shape& lead, int64_t Tq, int64_t Tk, DType dtype) {
@@ -84,15 +99,14 @@ std::tuple<Tensor, Tensor> attention_with_lse(const Tensor& q, const Tensor& k, 
   check_args(q, k, v, mask, p);
   const Shape lead = lead_of(q);
   const int64_t Tq = q.size(-2), Tk = k.size(-2), Dv = v.size(-1);
-  Shape out_shape = lead, lse_shape = lead;
-  out_shape.push_back(Tq);
-  out_shape.push_back(Dv);
+  Shape lse_shape = lead;
   lse_shape.push_back(Tq);
-  Tensor out = make_tensor(out_shape, q.dtype(), q.device());
+  Tensor out = attention_output(lead, Tq, Dv, q.dtype(), q.device());
   Tensor lse = make_tensor(lse_shape, q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device());
   if (out.numel() == 0) return {out, lse};
   const auto [b, h] = split_lead(lead);
   Tensor out4 = out.reshape({b, h, Tq, Dv}), lse3 = lse.reshape({b, h, Tq});
+  KILN_CHECK(out4.data_ptr() == out.data_ptr(), "{}: internal: the output's [B, H, T, D] view is a copy", kOp);
   kernels::attention_forward[q.device()](out4, lse3, attention_4d(q), attention_4d(k), attention_4d(v),
                                          attention_mask_4d(mask, lead, Tq, Tk, q.dtype()), p);
   return {out, lse};

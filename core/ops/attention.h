@@ -32,14 +32,21 @@ Tensor attention_dropout_keep_mask(const AttentionParams& p, int64_t B, int64_t 
 /// (same leading dims), mask undefined, bool (true = attend) or floating (added), broadcastable
 /// to [B..., H, Tq, Tk]. Returns the output [B..., H, Tq, Dv] and the logsumexp of each query
 /// row [B..., H, Tq] (f64 for f64 inputs, else f32; -inf for a row with no key to attend to,
-/// whose output is 0). Not recorded by autograd.
+/// whose output is 0). The output is laid out by attention_output. Not recorded by autograd.
 std::tuple<Tensor, Tensor> attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                               const AttentionParams& p);
 
 /// `mask` as the kernels take it: undefined, or a 4-D [B, H, Tq, Tk] view (zero strides where it
 /// broadcasts) in bool or `dtype`, where B * H covers q's leading dims (see attention_4d).
 Tensor attention_mask_4d(const Tensor& mask, const Shape& lead, int64_t Tq, int64_t Tk, DType dtype);
-/// A [B..., T, D] operand of rank >= 2 as a contiguous [B, H, T, D] tensor (H = the last leading dim).
+/// A [B..., T, D] operand of rank >= 2 as the kernels take it: a [B, H, T, D] tensor (H = the last
+/// leading dim) whose rows are GEMM rows (last dim's stride 1, rows `stride(2) >= D` apart), any
+/// other strides; a view of `x` where its strides allow (heads sliced from one [B, T, 3C]
+/// projection), else a contiguous copy. Kernels that want contiguous operands call dense().
 Tensor attention_4d(const Tensor& x);
+/// A [lead..., T, D] tensor laid out as [lead[:-1]..., T, H, D] (H = lead's last dim) and viewed
+/// back, as PyTorch allocates attention's output: y.transpose(-3, -2).reshape(..., T, H * D),
+/// heads side by side again, is then a view. Plain [T, D] when lead is empty.
+Tensor attention_output(const Shape& lead, int64_t T, int64_t D, DType dtype, Device device);
 
 }  // namespace kiln

@@ -204,6 +204,17 @@ Tensor cat_forward(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
+std::vector<Tensor> split_with_sizes_forward(const Tensor& x, const IntList& sizes, int64_t dim) {
+  std::vector<Tensor> out;
+  out.reserve(sizes.size());
+  int64_t at = 0;
+  for (int64_t s : sizes) {
+    out.push_back(slice_forward(x, dim, at, at + s, 1));
+    at += s;
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace kiln
 
@@ -212,6 +223,7 @@ KILN_DEFINE_OP(permute, &kiln::permute_forward)
 KILN_DEFINE_OP(slice, &kiln::slice_forward)
 KILN_DEFINE_OP(expand, &kiln::expand_forward)
 KILN_DEFINE_OP(cat, &kiln::cat_forward)
+KILN_DEFINE_OP(split_with_sizes, &kiln::split_with_sizes_forward)
 
 namespace kiln {
 
@@ -337,14 +349,7 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& sizes, int6
   KILN_CHECK(total == x.sizes()[d],
              "split_with_sizes: split sizes {} sum to {} but dim {} has size {} (shape {})", sizes, total, d,
              x.sizes()[d], x.sizes());
-  std::vector<Tensor> out;
-  out.reserve(sizes.size());
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    out.push_back(op::slice(x, d, at, at + s, 1));
-    at += s;
-  }
-  return out;
+  return op::split_with_sizes(x, sizes, d);
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {

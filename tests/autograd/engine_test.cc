@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "autograd/autograd.h"
+#include "core/op_table.h"
+#include "tests/testing/compare.h"
 
 using namespace kiln;
 
@@ -57,6 +59,34 @@ TEST_CASE("tensor hooks see and may replace the gradient") {
   y.sum().backward();
   CHECK(calls == 1);
   CHECK(x.grad().to_vector<double>() == std::vector<double>{30, 30});
+}
+
+TEST_CASE("a leaf takes over its first gradient when nothing else holds it, and copies it otherwise") {
+  // LinearBackward's weight gradient is mm's result: a view squeezed out of bmm's [1, out, in].
+  Tensor x = randn({8, 3}, kFloat64), w = randn({5, 3}, kFloat64).set_requires_grad(true);
+  const void* incoming = nullptr;
+  w.register_hook([&](const Tensor& g) {
+    incoming = g.data_ptr();
+    return Tensor();
+  });
+  op::linear(x, w, Tensor()).sum().backward();
+  CHECK(w.grad().data_ptr() == incoming);  // taken over, not copied
+  CHECK(w.grad().unsafe_impl()->view_base == nullptr);
+  const Tensor expected = ones({8, 5}, kFloat64).t().matmul(x);
+  CHECK(test::allclose(w.grad(), expected));
+
+  // A gradient someone else keeps is copied: accumulating into w's must not change theirs.
+  Tensor v = randn({5, 3}, kFloat64).set_requires_grad(true), kept;
+  v.register_hook([&](const Tensor& g) {
+    kept = g;
+    return Tensor();
+  });
+  op::linear(x, v, Tensor()).sum().backward();
+  CHECK(v.grad().data_ptr() != kept.data_ptr());
+  const std::vector<double> before = kept.to_vector<double>();
+  op::linear(x, v, Tensor()).sum().backward();
+  CHECK(kept.to_vector<double>() == before);
+  CHECK(test::allclose(v.grad(), expected * 2.0));
 }
 
 TEST_CASE("post-accumulate hooks fire once per backward, in reverse order of use") {

@@ -156,6 +156,24 @@ TEST_CASE("a view made before its base was written follows the base's new histor
   CHECK(close(x.grad(), tensor({0.0, a.to_vector<double>()[1], 1.0, 0.0}, kFloat64)));
 }
 
+TEST_CASE("split's pieces: one node joins their gradients; a piece written in place keeps the others right") {
+  Tensor x = test::leaf({6});
+  Tensor y = x * 1.0;
+  std::vector<Tensor> p = y.split(2);
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].grad_fn() == p[2].grad_fn());  // one SplitBackward, as PyTorch's
+  Tensor a = test::leaf({2});
+  p[1].mul_(a);                              // the other pieces follow y's new history
+  (p[0] * 3.0 + p[1] + p[2] * 5.0).sum().backward();
+  const auto av = a.to_vector<double>(), xv = x.to_vector<double>();
+  CHECK(close(x.grad(), tensor({3.0, 3.0, av[0], av[1], 5.0, 5.0}, kFloat64)));
+  CHECK(close(a.grad(), tensor({xv[2], xv[3]}, kFloat64)));
+  // A piece that gets no gradient contributes zeros.
+  Tensor z = test::leaf({4});
+  (z * 1.0).split(3)[1].sum().backward();
+  CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1});
+}
+
 TEST_CASE("writing a base in place updates the history of its existing views") {
   Tensor x = test::leaf({3});
   Tensor s = test::leaf({3});

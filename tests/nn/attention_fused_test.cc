@@ -90,6 +90,68 @@ TEST_CASE("fused sdpa matches the composite: T = 1, and T past the kernel's key 
   check_against_composite({2, 8, 70, 8}, {2, 8, 70, 8}, {2, 8, 70, 8}, {.attn_mask = randn({70, 70})});
 }
 
+/// q, k, v of a [B, T, 3C] projection, as a GPT slices them: [B, H, T, D] views, rows 3C apart.
+std::vector<Tensor> heads_of_projection(const Tensor& x, int64_t H) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3;
+  std::vector<Tensor> out;
+  for (const Tensor& part : x.split(C, 2)) out.push_back(part.reshape({B, T, H, C / H}).transpose(1, 2));
+  return out;
+}
+
+TEST_CASE("fused sdpa reads heads sliced from one projection through their strides, no copies") {
+  manual_seed(14);
+  Tensor x = randn({2, 70, 3 * 24}).requires_grad_();
+  std::vector<Tensor> h = heads_of_projection(x, 3);
+  REQUIRE_FALSE(h[0].is_contiguous());
+  bool grad_in_projection_layout = false;
+  h[0].register_hook([&](const Tensor& g) {
+    grad_in_projection_layout = g.transpose(1, 2).is_contiguous();  // [B, T, H, D], as PyTorch's
+    return Tensor();
+  });
+  Tensor fused = F::scaled_dot_product_attention(h[0], h[1], h[2], {.causal = true});
+  CHECK(fused.transpose(1, 2).is_contiguous());  // heads side by side again is a view
+  std::vector<Tensor> h2 = heads_of_projection(x, 3);  // its own graph
+  Tensor ref = F::scaled_dot_product_attention_composite(h2[0], h2[1], h2[2], {.causal = true});
+  CHECK(rel_diff(fused, ref) < 1e-5);
+  Tensor w = randn(fused.shape());
+  (fused * w).sum().backward();
+  CHECK(grad_in_projection_layout);
+  Tensor g_fused = x.grad();
+  x.set_grad(Tensor());
+  (ref * w).sum().backward();
+  CHECK(rel_diff(g_fused, x.grad()) < 1e-4);
+
+  // Layouts the kernels cannot read in place are copied first: keys expanded along T (stride 0)
+  // and values with a transposed last dim.
+  Tensor q = randn({2, 2, 9, 8}).requires_grad_(), k1 = randn({2, 2, 1, 8}).requires_grad_(),
+         vt = randn({2, 2, 8, 9}).requires_grad_();
+  auto run = [&](bool use_fused) {
+    Tensor k = k1.expand({2, 2, 9, 8}), v = vt.transpose(2, 3);
+    Tensor y = use_fused ? F::scaled_dot_product_attention(q, k, v, {})
+                         : F::scaled_dot_product_attention_composite(q, k, v, {});
+    (y * y).sum().backward();
+    std::vector<Tensor> r = {y.detach(), q.grad(), k1.grad(), vt.grad()};
+    for (Tensor t : {q, k1, vt}) t.set_grad(Tensor());
+    return r;
+  };
+  const std::vector<Tensor> a = run(true), b = run(false);
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor ", i);
+    CHECK(rel_diff(a[i], b[i]) < 1e-4);
+  }
+}
+
+TEST_CASE("fused sdpa gradcheck in f64 through heads sliced from one projection") {
+  manual_seed(15);
+  auto r = autograd::gradcheck(
+      [](const std::vector<Tensor>& x) {
+        std::vector<Tensor> h = heads_of_projection(x[0], 2);
+        return F::scaled_dot_product_attention(h[0], h[1], h[2], {.causal = true});
+      },
+      {rnd64({2, 5, 3 * 6})});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("fused sdpa dropout: the kept mask reproduces it from core ops, forward and backward") {
   manual_seed(31);
   Generator gen(99);

@@ -36,6 +36,12 @@ std::vector<OpInfo> shape_rows() {
       {"split", {x}, [](In v) { return v[0].split(2, 2)[1]; }, "v[0].split(2, 2)[1]"},
       {"split_with_sizes", {m}, [](In v) { return split_with_sizes(v[0], {1, 3}, 1)[1]; }, "v[0].split([1, 3], 1)[1]"},
       {"chunk", {x}, [](In v) { return v[0].chunk(3, 1)[2] * 2.0; }, "v[0].chunk(3, 1)[2] * 2.0"},
+      {"split, every piece", {x},
+       [](In v) {
+         std::vector<Tensor> p = v[0].split(3, 2);
+         return cat({p[1] * 2.0, p[0]}, 2);
+       },
+       "torch.cat([v[0].split(3, 2)[1] * 2.0, v[0].split(3, 2)[0]], 2)"},
       // ---- rearranging
       {"flip", {m}, [](In v) { return v[0].flip({0, 1}); }, "v[0].flip((0, 1))"},
       {"flip size-1 dim", {{{1, 4}}}, [](In v) { return v[0].flip({0}); }, "v[0].flip(0)"},
