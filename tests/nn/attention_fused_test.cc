@@ -121,6 +121,13 @@ TEST_CASE("fused sdpa reads heads sliced from one projection through their strid
   (ref * w).sum().backward();
   CHECK(rel_diff(g_fused, x.grad()) < 1e-4);
 
+  // The output is a view of its [B, T, H, D] buffer, and backward needs it (as PyTorch's): a
+  // write into it is caught, not silently differentiated through.
+  std::vector<Tensor> h3 = heads_of_projection(x, 3);
+  Tensor y = F::scaled_dot_product_attention(h3[0], h3[1], h3[2], {.causal = true});
+  y.mul_(2.0);
+  CHECK_THROWS_WITH((y * w).sum().backward(), doctest::Contains("modified by an in-place operation"));
+
   // Layouts the kernels cannot read in place are copied first: keys expanded along T (stride 0)
   // and values with a transposed last dim.
   Tensor q = randn({2, 2, 9, 8}).requires_grad_(), k1 = randn({2, 2, 1, 8}).requires_grad_(),
