@@ -2,7 +2,6 @@
 #include "models/gpt_sample.h"
 
 #include <cmath>
-#include <fstream>
 #include <random>
 
 #include "core/error.h"
@@ -43,6 +42,5 @@ std::string generate(GPT& model, const std::string& prompt, const SampleOptions&
   model.train();
   return text;
 }
-
 
 }  // namespace kiln::models::gpt

@@ -16,7 +16,6 @@
 #include "models/gpt_sample.h"
 #include "profiler/memory.h"
 #include "train/gpt_callbacks.h"
-#include "train/run_monitor.h"
 
 namespace kiln::train::gpt {
 using namespace models::gpt;
@@ -116,8 +115,7 @@ TrainResult fit(const TrainConfig& config, std::ostream& log) {
   r.gpt = c.gpt;
   r.rank = rank, r.world_size = world, r.grad_accum = accum, r.tokens_per_step = budget;
   r.params = model->num_parameters();
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : measured_cpu_gemm_flops(&r.peak_description, world);
-  if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  set_peak(c, world, r);
   if (auto* z = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&trainer.optimizer()))
     out << fmt::format("ZeRO-1: {} ({} buckets), optimizer state sharded over {} ranks\n", z->name(),
                        z->reducer().buckets().size(), world);

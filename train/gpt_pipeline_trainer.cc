@@ -21,7 +21,6 @@
 #include "train/gpt_pipeline.h"
 #include "train/gpt_pipeline_checkpoint.h"
 #include "train/gpt_pipeline_zero.h"
-#include "train/run_monitor.h"
 #include "distributed/tensor_parallel/layers.h"
 #include "models/gpt_tensor_parallel.h"
 #include "train/pipeline_checkpoint.h"
@@ -176,8 +175,7 @@ TrainResult train_pipeline(const TrainConfig& config, std::ostream& log) {
     resumed_optimizer.clear();
     restore_stage_generator(pipe, state);
   }
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : measured_cpu_gemm_flops(&r.peak_description, pg->size());
-  if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  set_peak(c, pg->size(), r);
   out << "parallel layout: " << layout.describe();
   if (c.tp > 1)
     out << fmt::format("tensor parallel: {} ranks ({} heads, {} vocabulary rows each)\n", c.tp, c.gpt.n_head / c.tp,

@@ -178,8 +178,7 @@ TrainResult train_sharded(const TrainConfig& config, std::ostream& log) {
     default_generator().set_state(state.rng);  // the split drew no numbers the saved run had not
   }
 
-  r.peak_flops = c.peak_tflops > 0 ? c.peak_tflops * 1e12 : measured_cpu_gemm_flops(&r.peak_description, pg->size());
-  if (c.peak_tflops > 0) r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  set_peak(c, pg->size(), r);
   int64_t local_params = 0;
   if (m.fsdp)
     for (const Tensor& s : m.fsdp->shards()) local_params += s.numel();

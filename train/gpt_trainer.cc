@@ -60,6 +60,15 @@ std::unique_ptr<optim::AdamW> make_optimizer(const TrainConfig& c, const nn::Nam
   return std::make_unique<optim::AdamW>(param_groups(c, named), adam_options(c));
 }
 
+void set_peak(const TrainConfig& c, int ranks, TrainResult& r) {
+  if (c.peak_tflops > 0) {
+    r.peak_flops = c.peak_tflops * 1e12;
+    r.peak_description = fmt::format("--peak-tflops {}", c.peak_tflops);
+  } else {
+    r.peak_flops = measured_cpu_gemm_flops(&r.peak_description, ranks);
+  }
+}
+
 double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

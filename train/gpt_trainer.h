@@ -73,7 +73,7 @@ struct TrainConfig {
   double temperature = 0.8;
   int64_t top_k = 40;
   std::string prompt = "\n";
-  double peak_tflops = 0;   // 0: derived for the CPU (gpt_sample.h)
+  double peak_tflops = 0;   // 0: the CPU's measured f32 GEMM rate (set_peak)
   std::string profile_dir;  // "": no profile; else the op table of the steps below, a trace in DIR
   int64_t profile_wait = 2, profile_warmup = 1, profile_active = 3;  // --profile-steps wait,warmup,active
 };
@@ -124,6 +124,10 @@ std::string run_signature(const TrainConfig& c, int64_t t);
 /// mixed precision state into `mp` (refusing another --amp); logs the step resumed at.
 void accept_resumed(const TrainConfig& c, int64_t t, const train::TrainingState& state, MixedPrecision& mp,
                     std::ostream& out);
+
+/// The peak MFU is taken against, into r.peak_flops and r.peak_description: --peak-tflops when
+/// given, else the CPU's measured f32 GEMM rate (train/run_monitor.h) summed over `ranks` ranks.
+void set_peak(const TrainConfig& c, int ranks, TrainResult& r);
 
 /// This process's peak resident memory in MB.
 double peak_rss_mb();
