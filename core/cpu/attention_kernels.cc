@@ -1,26 +1,32 @@
-// CPU flash attention (core/ops/attention.h has the contract), its time in a few large GEMMs
+// CPU flash attention (core/ops/attention.h has the contract), its time in a few large products
 // rather than many tile-sized ones.
 //
 // Forward: one task per (batch, head, block of kBr queries). The block's scores against a whole
-// chunk of up to kKeyChunk keys come from one GEMM, then one GEMM multiplies the probabilities by
-// the chunk's values; an online softmax (running max m and sum l per row, the output rescaled
-// when m grows) joins chunks when there are more keys than one chunk (T > kKeyChunk). It keeps
-// the log-sum-exp per query for backward; [Tq, Tk] probabilities never exist.
+// chunk of up to kKeyChunk keys come from one product, then one product multiplies the
+// probabilities by the chunk's values; an online softmax (running max m and sum l per row, the
+// output rescaled when m grows) joins chunks when there are more keys than one chunk
+// (T > kKeyChunk). It keeps the log-sum-exp per query for backward; [Tq, Tk] probabilities never
+// exist.
 //
 // Backward: walks blocks of kBc keys; for a key block it takes every query that sees it
 // (causal: those from the block's first key on) in chunks of up to kQueryChunk, recomputes the
-// transposed probabilities P^T = exp(S^T - lse) [keys, queries] with one GEMM, dP^T = V dO^T with
-// another, and then dV += P^T dO and dK += dS^T Q (each a GEMM whose inner dimension is the
-// query count) and dQ += dS K. Scratch per thread: two or three [kBc, kQueryChunk] tiles.
+// transposed probabilities P^T = exp(S^T - lse) [keys, queries] with one product, dP^T = V dO^T
+// with another, and then dV += P^T dO and dK += dS^T Q (each a product whose inner dimension is
+// the query count) and dQ += dS K.
 // With at least kOnePassHeads heads (batch x heads) there is one task per head; with fewer, dK/dV
 // run over (head, key block) tasks and dQ over (head, query block) tasks, recomputing the scores.
 // The choice depends on the shape, never on the thread count, and no two tasks write the same
 // gradient rows, so gradients are bit-identical at any thread count.
+//
+// The products are gemm.h's small_gemm: on AVX-512 CPUs a kernel that packs nothing (a general
+// GEMM packs both operands, which at these sizes costs about as much as the multiplies), and
+// that skips what causal attention masks, to within 6 rows by 16 columns, instead of computing
+// whole blocks and masking them. Its b operand is read row by row, so K^T, Q^T and dO^T are
+// transposed once per head (per thread, kept while the next task is on the same head).
 // q, k, v, the output, its gradient and the gradients of q, k, v are read and written through
 // their strides (the last dim's is 1: attention_4d's contract), so a model's [B, T, H, D] heads,
 // sliced out of one qkv projection, reach the kernel without a copy.
-// GEMMs are core/cpu/gemm.h's serial kernels; row operations are Eigen arrays (vectorised exp).
-// f16/bf16 compute in f32.
+// Row operations are Eigen arrays (vectorised exp). f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -54,8 +60,25 @@ template <class T> using Buffer = std::vector<T, Eigen::aligned_allocator<T>>;
 template <class T> using RowMap = Eigen::Map<Arr<T>>;
 template <class T> using ConstRowMap = Eigen::Map<const Arr<T>>;
 
-/// Row stride of a scratch tile holding n columns: n rounded up to 16 elements (64 bytes).
-inline int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+/// Row stride of a scratch tile holding n columns: n rounded up to an odd number of 16-element
+/// (64-byte) lines. Odd, so that a tile's rows fall in different cache sets: at a power-of-two
+/// stride (256 keys: 1 KiB) the rows a product walks down share a quarter of the L1's sets and
+/// evict each other.
+inline int64_t padded(int64_t n) {
+  const int64_t lines = (n + 15) / 16;
+  return (lines | 1) * 16;
+}
+
+/// The per-thread scratch buffers, reused from call to call: no allocation, page faults or
+/// zeroing per call (a few hundred KiB per thread, a few MiB at T = 4096). Contents unspecified:
+/// every element is written before it is read.
+enum class Slot { kScores, kOut, kKeep, kDropped, kTransposedA, kTransposedB, kCount };
+template <class T> T* scratch(Slot slot, int64_t n) {
+  thread_local Buffer<T> buffers[static_cast<int>(Slot::kCount)];
+  Buffer<T>& b = buffers[static_cast<int>(slot)];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
 
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;
@@ -122,6 +145,41 @@ void dropout_keep(T* keep, const AttentionParams& p, uint32_t thr, int64_t e0, i
   }
 }
 
+/// One head of x ([T, D] rows) transposed: [D, T] with row stride ld, row e holding element e of
+/// every row, the b operand small_gemm needs for a product with x^T. Kept per thread while the
+/// next task is on the same head (its next query or key block).
+template <class T> struct TransposedHead {
+  Slot slot;
+  const T* data = nullptr;
+  int64_t bh = -1, ld = 0;
+
+  const T* get(const Heads<const T>& x, int64_t bh_, int64_t H, int64_t rows, int64_t D) {
+    if (bh_ == bh) return data;
+    bh = bh_, ld = padded(rows);
+    T* t = scratch<T>(slot, D * ld);
+    // Eight rows at a time, so each store writes eight contiguous elements.
+    for (int64_t c0 = 0; c0 < rows; c0 += 8) {
+      const int64_t nb = std::min<int64_t>(8, rows - c0);
+      const T* src[8];
+      for (int64_t i = 0; i < nb; ++i) src[i] = x.row(bh / H, bh % H, c0 + i);
+      for (int64_t e = 0; e < D; ++e) {
+        T* dst = t + e * ld + c0;
+        for (int64_t i = 0; i < nb; ++i) dst[i] = src[i][e];
+      }
+    }
+    data = t;
+    return data;
+  }
+};
+
+/// Causal attention's band of a [queries, keys] tile whose first query is i0 and first key j0:
+/// row r sees the keys up to r + i0 - j0.
+inline Band keys_seen(bool causal, int64_t i0, int64_t j0) { return causal ? Band{-Band::kAll, i0 - j0} : Band{}; }
+/// The same for a [keys, queries] tile: row c is seen by the queries from c + j0 - i0 on.
+inline Band queries_seeing(bool causal, int64_t i0, int64_t j0) {
+  return causal ? Band{j0 - i0, Band::kAll} : Band{};
+}
+
 template <class T>
 void forward_typed(const Heads<T>& out, T* lse, const Heads<const T>& q, const Heads<const T>& k,
                    const Heads<const T>& v, const MaskReader<T>& mask, const Dims& d, const AttentionParams& p) {
@@ -131,49 +189,54 @@ void forward_typed(const Heads<T>& out, T* lse, const Heads<const T>& q, const H
   const T scale = static_cast<T>(p.scale);
   const int64_t ld = padded(std::min(kKeyChunk, d.Tk));  // row stride of the scores tile
   parallel_for(0, d.B * d.H * qblocks, 1, [&](int64_t lo, int64_t hi) {
-    Buffer<T> S(kBr * ld), O(kBr * d.Dv), keep(ld);
+    T *S = scratch<T>(Slot::kScores, kBr * ld), *O = scratch<T>(Slot::kOut, kBr * d.Dv);
+    T* keep = scratch<T>(Slot::kKeep, ld);
     std::vector<T> m(kBr), l(kBr);
+    TransposedHead<T> kt{Slot::kTransposedA};
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBr, nr = std::min(kBr, d.Tq - i0);
       const int64_t b = bh / d.H, h = bh % d.H;
       const T* Q = q.row(b, h, i0);
-      std::fill(O.begin(), O.end(), T(0));
+      std::fill_n(O, kBr * d.Dv, T(0));
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
       const int64_t jend = p.causal ? std::min(d.Tk, i0 + nr) : d.Tk;
       for (int64_t j0 = 0; j0 < jend; j0 += kKeyChunk) {
         const int64_t nc = std::min(kKeyChunk, jend - j0);
-        // S = Q K^T for the whole chunk in one GEMM.
-        gemm<T>(nr, nc, d.D, {Q, true, q.st}, {k.row(b, h, j0), false, k.st}, S.data(), ld, false);
+        const Band seen = keys_seen(p.causal, i0, j0);
+        // S = Q K^T for the whole chunk in one product (causal: only the keys each row sees).
+        const T* Kt = kt.get(k, bh, d.H, d.Tk, d.D) + j0;
+        small_gemm<T>(nr, nc, d.D, Q, q.st, 1, Kt, kt.ld, S, ld, false, seen);
         for (int64_t r = 0; r < nr; ++r) {
-          RowMap<T> row(S.data() + r * ld, nc);
+          T* srow = S + r * ld;
+          const int64_t vis = p.causal ? std::clamp<int64_t>(i0 + r - j0 + 1, 0, nc) : nc;
+          RowMap<T> row(srow, vis);
           row *= scale;
-          if (mask.mask) mask.add(row.data(), b, h, i0 + r, j0, 0, 1, nc);
-          if (p.causal)
-            for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < nc; ++c) row[c] = ninf;
-          const T mx = std::max(m[r], row.maxCoeff());
+          if (mask.mask) mask.add(srow, b, h, i0 + r, j0, 0, 1, vis);
+          const T mx = vis > 0 ? std::max(m[r], row.maxCoeff()) : m[r];
           if (mx == ninf) {  // nothing to attend to yet in this row
-            row.setZero();
+            std::fill(srow, srow + nc, T(0));
             continue;
           }
           const T alpha = std::exp(m[r] - mx);
           row = (row - mx).exp();
           l[r] = l[r] * alpha + row.sum();
           m[r] = mx;
-          if (alpha != T(1)) RowMap<T>(O.data() + r * d.Dv, d.Dv) *= alpha;
+          if (alpha != T(1)) RowMap<T>(O + r * d.Dv, d.Dv) *= alpha;
           if (p.dropout_p > 0) {
-            dropout_keep(keep.data(), p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, 1, nc);
-            row *= RowMap<T>(keep.data(), nc);
+            dropout_keep(keep, p, thr, ((bh * d.Tq) + i0 + r) * d.Tk + j0, 1, vis);
+            row *= RowMap<T>(keep, vis);
           }
+          std::fill(srow + vis, srow + nc, T(0));  // the keys it does not see weigh nothing in P V
         }
-        // O += P V for the whole chunk in one GEMM.
-        gemm<T>(nr, d.Dv, nc, {S.data(), true, ld}, {v.row(b, h, j0), true, v.st}, O.data(), d.Dv, true);
+        // O += P V for the whole chunk in one product.
+        small_gemm<T>(nr, d.Dv, nc, S, ld, 1, v.row(b, h, j0), v.st, O, d.Dv, true, {}, seen);
       }
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t i = i0 + r;
         RowMap<T> dst(out.row(b, h, i), d.Dv);
         if (l[r] > T(0)) {
-          dst = RowMap<T>(O.data() + r * d.Dv, d.Dv) / l[r];
+          dst = RowMap<T>(O + r * d.Dv, d.Dv) * (T(1) / l[r]);
           lse[bh * d.Tq + i] = m[r] + std::log(l[r]);
         } else {
           dst.setZero();
@@ -196,16 +259,21 @@ template <class T> struct BackwardArgs {
   AttentionParams p;
 };
 
-/// Per-thread tiles of the backward: [kBc, kQueryChunk] each.
+/// Per-thread scratch of the backward: [kBc, kQueryChunk] tiles and the current head's
+/// transposed queries and output gradients.
 template <class T> struct BackwardScratch {
-  Buffer<T> P, dP, Pd, keep;
+  T *P, *dP, *Pd, *keep;
+  TransposedHead<T> qt{Slot::kTransposedA}, got{Slot::kTransposedB};
   explicit BackwardScratch(bool dropout)
-      : P(kBc * kQueryChunk), dP(kBc * kQueryChunk), Pd(dropout ? kBc * kQueryChunk : 0), keep(kQueryChunk) {}
+      : P(scratch<T>(Slot::kScores, kBc * padded(kQueryChunk))),
+        dP(scratch<T>(Slot::kOut, kBc * padded(kQueryChunk))),
+        Pd(dropout ? scratch<T>(Slot::kDropped, kBc * padded(kQueryChunk)) : nullptr),
+        keep(scratch<T>(Slot::kKeep, kQueryChunk)) {}
 };
 
 /// Key block [j0, j0 + nc) of head bh against queries [q0, q1): recomputes P^T and dS^T in
-/// chunks of queries, then accumulates dV and dK of the key block (with_kv, also writing the
-/// mask's gradient) and dQ of the queries (with_q).
+/// chunks of queries, then accumulates dV and dK of the key block
+/// (with_kv, also writing the mask's gradient) and dQ of the queries (with_q).
 template <class T>
 void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh, int64_t j0, int64_t nc, int64_t q0,
                     int64_t q1, bool with_kv, bool with_q) {
@@ -217,42 +285,50 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
   const uint32_t thr = attention_dropout_threshold(p.dropout_p);
   for (int64_t i0 = q0; i0 < q1; i0 += kQueryChunk) {
     const int64_t nq = std::min(kQueryChunk, q1 - i0), ld = padded(nq);
-    T *P = w.P.data(), *dP = w.dP.data();
-    // S^T = K Q^T and dP^T = V dO^T: [keys, queries], one GEMM each.
-    const T *K = a.k.row(b, h, j0), *Q = a.q.row(b, h, i0), *GO = a.go.row(b, h, i0);
-    gemm<T>(nc, nq, d.D, {K, true, a.k.st}, {Q, false, a.q.st}, P, ld, false);
-    gemm<T>(nc, nq, d.Dv, {a.v.row(b, h, j0), true, a.v.st}, {GO, false, a.go.st}, dP, ld, false);
+    T *P = w.P, *dP = w.dP;
+    const T *K = a.k.row(b, h, j0), *V = a.v.row(b, h, j0), *Q = a.q.row(b, h, i0), *GO = a.go.row(b, h, i0);
+    const T* Qt = w.qt.get(a.q, bh, d.H, d.Tq, d.D) + i0;
+    const T* GOt = w.got.get(a.go, bh, d.H, d.Tq, d.Dv) + i0;
+    const Band seeing = queries_seeing(p.causal, i0, j0);
+    // S^T = K Q^T and dP^T = V dO^T: [keys, queries], one product each (causal: only the
+    // queries that see each key).
+    small_gemm<T>(nc, nq, d.D, K, a.k.st, 1, Qt, w.qt.ld, P, ld, false, seeing);
+    small_gemm<T>(nc, nq, d.Dv, V, a.v.st, 1, GOt, w.got.ld, dP, ld, false, seeing);
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t j = j0 + c;
-      RowMap<T> pr(P + c * ld, nq), dpr(dP + c * ld, nq);
+      // Queries before h0 do not see key j (causal): their P and dS are 0.
+      const int64_t h0 = p.causal ? std::clamp<int64_t>(j - i0, 0, nq) : 0, n = nq - h0;
+      T *prow = P + c * ld, *dprow = dP + c * ld;
+      std::fill(prow, prow + h0, T(0));
+      std::fill(dprow, dprow + h0, T(0));
+      RowMap<T> pr(prow + h0, n), dpr(dprow + h0, n);
       pr *= scale;
-      if (a.mask->mask) a.mask->add(pr.data(), b, h, i0, j, 1, 0, nq);
-      pr = (pr - ConstRowMap<T>(L + i0, nq)).exp();
-      if (p.causal) {  // query i sees key j only when j <= i
-        const int64_t hidden = std::clamp<int64_t>(j - i0, 0, nq);
-        std::fill(pr.data(), pr.data() + hidden, T(0));
-      }
+      if (a.mask->mask) a.mask->add(pr.data(), b, h, i0 + h0, j, 1, 0, n);
+      pr = (pr - ConstRowMap<T>(L + i0 + h0, n)).exp();
       if (p.dropout_p > 0) {
-        dropout_keep(w.keep.data(), p, thr, (bh * d.Tq + i0) * d.Tk + j, d.Tk, nq);
-        RowMap<T> kr(w.keep.data(), nq);
-        RowMap<T>(w.Pd.data() + c * ld, nq) = pr * kr;
+        dropout_keep(w.keep, p, thr, (bh * d.Tq + i0 + h0) * d.Tk + j, d.Tk, n);
+        RowMap<T> kr(w.keep, n);
+        T* pdrow = w.Pd + c * ld;
+        std::fill(pdrow, pdrow + h0, T(0));
+        RowMap<T>(pdrow + h0, n) = pr * kr;
         dpr *= kr;
       }
-      dpr = pr * (dpr - ConstRowMap<T>(Dsum + i0, nq));  // dS, the gradient of the masked scores
+      dpr = pr * (dpr - ConstRowMap<T>(Dsum + i0 + h0, n));  // dS, the gradient of the masked scores
       if (with_kv && a.gmask) {
         T* gm = a.gmask + (bh * d.Tq + i0) * d.Tk + j;
-        for (int64_t r = 0; r < nq; ++r) gm[r * d.Tk] = dpr[r];
+        for (int64_t r = 0; r < nq; ++r) gm[r * d.Tk] = dprow[r];
       }
       dpr *= scale;
     }
     // dV += P^T dO and dK += dS^T Q (inner dimension: the queries), dQ += dS K (dS scaled).
     if (with_kv) {
-      const T* Pv = p.dropout_p > 0 ? w.Pd.data() : P;
-      gemm<T>(nc, d.Dv, nq, {Pv, true, ld}, {GO, true, a.go.st}, a.gv.row(b, h, j0), a.gv.st, true);
-      gemm<T>(nc, d.D, nq, {dP, true, ld}, {Q, true, a.q.st}, a.gk.row(b, h, j0), a.gk.st, true);
+      const T* Pv = p.dropout_p > 0 ? w.Pd : P;
+      small_gemm<T>(nc, d.Dv, nq, Pv, ld, 1, GO, a.go.st, a.gv.row(b, h, j0), a.gv.st, true, {}, seeing);
+      small_gemm<T>(nc, d.D, nq, dP, ld, 1, Q, a.q.st, a.gk.row(b, h, j0), a.gk.st, true, {}, seeing);
     }
     if (with_q)
-      gemm<T>(nq, d.D, nc, {dP, false, ld}, {K, true, a.k.st}, a.gq.row(b, h, i0), a.gq.st, true);
+      small_gemm<T>(nq, d.D, nc, dP, 1, ld, K, a.k.st, a.gq.row(b, h, i0), a.gq.st, true, {},
+                    keys_seen(p.causal, i0, j0));
   }
 }
 

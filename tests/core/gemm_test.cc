@@ -65,3 +65,52 @@ TEST_CASE("the GEMM library is loaded and matches a double-precision reference i
   // Odd sizes and tails of the library's register blocks, a GPT-sized product, a single row.
   check_layouts(&cpu::sgemm_library_run, {{257, 67, 71}, {300, 1152, 384}, {1, 64, 64}});
 }
+
+namespace {
+
+/// small_gemm<T> against an f64 reference: both layouts of a, accumulation, and the bands of
+/// causal attention (a zero outside k_band; only the columns in n_band compared).
+template <class T> void check_small_gemm() {
+  manual_seed(12);
+  const cpu::Band all{};
+  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {5, 15, 3}, {6, 64, 64}, {7, 17, 63},
+                                                            {13, 65, 64}, {64, 130, 33}, {20, 40, 0}})
+    for (bool a_rows : {true, false})
+      for (bool acc : {false, true})
+        for (auto [n_band, k_band] : std::vector<std::pair<cpu::Band, cpu::Band>>{
+                 {all, all}, {{-cpu::Band::kAll, 3}, {-cpu::Band::kAll, 3}}, {{5, cpu::Band::kAll}, {5, cpu::Band::kAll}}}) {
+          // Padded leading dims, so the kernel must use them.
+          const int64_t sam = a_rows ? K + 3 : 1, sak = a_rows ? 1 : M + 2, ldb = N + 5, ldc = N + 7;
+          std::vector<T> a = randn({M * (K + 3) + K * (M + 2) + 1}, dtype_of<T>::value).template to_vector<T>();
+          const std::vector<T> b = randn({K * ldb + 1}, dtype_of<T>::value).template to_vector<T>();
+          std::vector<T> c = randn({M * ldc + 1}, dtype_of<T>::value).template to_vector<T>();
+          const std::vector<T> c0 = c;
+          auto in_band = [](const cpu::Band& band, int64_t m, int64_t x) { return x >= m + band.lo && x <= m + band.hi; };
+          for (int64_t m = 0; m < M; ++m)  // a(m, k) is zero outside k_band: the caller's guarantee
+            for (int64_t k = 0; k < K; ++k)
+              if (!in_band(k_band, m, k)) a[m * sam + k * sak] = T(0);
+          cpu::small_gemm<T>(M, N, K, a.data(), sam, sak, b.data(), ldb, c.data(), ldc, acc, n_band, k_band);
+          double worst = 0;
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              if (!in_band(n_band, m, n)) continue;
+              double ref = acc ? static_cast<double>(c0[m * ldc + n]) : 0.0;
+              for (int64_t k = 0; k < K; ++k) ref += static_cast<double>(a[m * sam + k * sak]) * b[k * ldb + n];
+              worst = std::max(worst, std::fabs(ref - c[m * ldc + n]) / (1.0 + std::fabs(ref)));
+            }
+          CHECK_MESSAGE(worst < (sizeof(T) == 4 ? 1e-5 : 1e-12), "M=", M, " N=", N, " K=", K, " a_rows=", a_rows,
+                        " acc=", acc, " n_band=[", n_band.lo, ", ", n_band.hi, "]");
+          // Columns past N and rows past M are not written.
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = N; n < ldc; ++n) REQUIRE(c[m * ldc + n] == c0[m * ldc + n]);
+          REQUIRE(c[M * ldc] == c0[M * ldc]);
+        }
+}
+
+}  // namespace
+
+TEST_CASE("small_gemm (the attention kernels' products) matches a double-precision reference, bands included") {
+  MESSAGE("float runs the ", std::string(cpu::sgemm_isa()), " kernel; double the gemm() path");
+  check_small_gemm<float>();
+  check_small_gemm<double>();
+}
