@@ -1,9 +1,9 @@
 // Scaled-dot-product attention, fused (the flash-style primitive) against the composite of core
-// ops (matmul, softmax, matmul, storing the [T, T] probabilities): forward + backward time and
-// the peak memory of one step above the inputs (CPU: CpuMemoryTracker; CUDA: the caching
-// allocator's peak), causal, at B=4, H=12, D=64 and each --seqs length. Time is the best of
-// --reps runs after a warm-up (shared machines add noise only upwards). Prints a table and one
-// JSON line.
+// ops (matmul, softmax, matmul, storing the [T, T] probabilities): forward + backward time, the
+// peak memory of one step above the inputs (CPU: CpuMemoryTracker; CUDA: the caching
+// allocator's peak) and, on the CPU, the fused step's GFLOP/s beside Kiln's measured GEMM rate;
+// causal, at B=4, H=12, D=64 and each --seqs length. Time is the best of --reps runs after a
+// warm-up (shared machines add noise only upwards). Prints a table and one JSON line.
 //   attention_bench [--seqs 256,1024] [--reps 5] [--threads N] [--device cpu|cuda] [--dtype f32|bf16|f16]
 //                   [--allow-load]
 #include <algorithm>
@@ -20,6 +20,7 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
+#include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
@@ -88,6 +89,26 @@ Result measure(Attention attn, Device dev, DType dt, int64_t B, int64_t H, int64
   return r;
 }
 
+/// Kiln's f32 matmul rate at 1024^3 (best of 8 after a warm-up; what the GPT's MFU is measured
+/// against, train/run_monitor.cc), in GFLOP/s.
+double cpu_gemm_peak_gflops() {
+  NoGradGuard ng;
+  Generator own(1);  // leaves the inputs' random stream as it was
+  const Tensor a = randn({1024, 1024}, {}, &own), b = randn({1024, 1024}, {}, &own);
+  for (int i = 0; i < 2; ++i) matmul(a, b);
+  double best = 1e30;
+  for (int i = 0; i < 8; ++i) {
+    const double t0 = now_s();
+    matmul(a, b);
+    best = std::min(best, now_s() - t0);
+  }
+  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+}
+
+/// FLOPs of causal attention's forward + backward: seven [T, T] x D products (two forward, five
+/// backward: the scores again, dP, dV, dK, dQ), each half of 2 T^2 D under the mask.
+double causal_step_flops(int64_t B, int64_t H, int64_t T, int64_t D) { return 7.0 * B * H * T * T * D; }
+
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
   std::stringstream ss(s);
@@ -147,6 +168,9 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   fmt::print("attention on {}, {}, causal, B={} H={} D={}, {} threads; best of {}\n", device, dtype, B, H, D,
              get_num_threads(), reps);
+  // On the CPU the fused step's rate is set beside the machine's GEMM rate (the target: 60 %).
+  const double peak = dev.is_cuda() ? 0.0 : cpu_gemm_peak_gflops();
+  if (peak > 0) fmt::print("GEMM peak (Kiln's matmul, 1024^3, f32): {:.1f} GFLOP/s\n", peak);
   fmt::print("{:>6} {:>10} {:>12} {:>12} {:>12} {:>12}\n", "T", "impl", "fwd ms", "fwd+bwd ms", "peak MiB", "");
   for (int64_t T : seqs) {
     const Result fused = measure(&F::scaled_dot_product_attention, dev, dt, B, H, T, D, reps);
@@ -157,7 +181,12 @@ int main(int argc, char** argv) {
     fmt::print("{:>6} {:>10} {:>11.2f}x {:>11.2f}x {:>11.2f}x  (composite / fused)\n", T, "ratio",
                comp.fwd_s / fused.fwd_s, comp.step_s / fused.step_s,
                static_cast<double>(comp.peak_bytes) / std::max<size_t>(fused.peak_bytes, 1));
+    const double gflops = causal_step_flops(B, H, T, D) / fused.step_s / 1e9;
+    if (peak > 0)
+      fmt::print("{:>6} {:>10} fwd+bwd {:.1f} GFLOP/s on the causal FLOPs = {:.0f} % of the GEMM peak\n", T, "fused",
+                 gflops, 100 * gflops / peak);
     rows.push_back({{"T", T},
+                    {"fused_step_gflops", gflops},
                     {"fused_fwd_ms", fused.fwd_s * 1e3},
                     {"fused_step_ms", fused.step_s * 1e3},
                     {"fused_peak_mib", fused.peak_bytes / 1048576.0},
@@ -166,7 +195,7 @@ int main(int argc, char** argv) {
                     {"composite_peak_mib", comp.peak_bytes / 1048576.0}});
   }
   nlohmann::json out = {{"bench", "attention"}, {"device", device}, {"dtype", dtype}, {"B", B}, {"H", H}, {"D", D},
-                        {"causal", true},
+                        {"causal", true}, {"gemm_peak_gflops", peak},
                         {"threads", get_num_threads()}, {"rows", rows}};
   host.finish(out);
   fmt::print("{}\n", out.dump());

@@ -75,6 +75,10 @@ def main():
                                   tr["step_ms"])):
             print(f"{kr['T']:>6} {what:>22} {kf:>11.2f} {kc:>11.2f} {tt:>11.2f} {tt / kf:>13.2f}x")
         print(f"{kr['T']:>6} {'peak MiB (Kiln)':>22} {kr['fused_peak_mib']:>11.1f} {kr['composite_peak_mib']:>11.1f}")
+        if kiln.get("gemm_peak_gflops", 0) > 0:
+            print(f"{kr['T']:>6} {'fused f+b GFLOP/s':>22} {kr['fused_step_gflops']:>11.1f}"
+                  f"   ({100 * kr['fused_step_gflops'] / kiln['gemm_peak_gflops']:.0f} % of Kiln's GEMM peak,"
+                  f" {kiln['gemm_peak_gflops']:.1f} GFLOP/s)")
         rows.append({**kr, "torch_fwd_ms": tr["fwd_ms"], "torch_step_ms": tr["step_ms"]})
     print(json.dumps(host.finish({"bench": "attention_vs_pytorch", "torch": label, "threads": a.threads,
                                   "rows": rows}, children=[kiln])))

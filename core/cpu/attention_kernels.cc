@@ -320,14 +320,18 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
       }
       dpr *= scale;
     }
-    // dV += P^T dO and dK += dS^T Q (inner dimension: the queries), dQ += dS K (dS scaled).
+    // dV += P^T dO and dK += dS^T Q (inner dimension: the queries), dQ += dS K (dS scaled). The
+    // first contribution writes instead of adding (nothing zeroes the gradients first): dK, dV
+    // of this key block get theirs from the first query chunk (no other task writes them); the
+    // queries' dQ from key block 0, which every query sees and every schedule visits first.
     if (with_kv) {
       const T* Pv = p.dropout_p > 0 ? w.Pd : P;
-      small_gemm<T>(nc, d.Dv, nq, Pv, ld, 1, GO, a.go.st, a.gv.row(b, h, j0), a.gv.st, true, {}, seeing);
-      small_gemm<T>(nc, d.D, nq, dP, ld, 1, Q, a.q.st, a.gk.row(b, h, j0), a.gk.st, true, {}, seeing);
+      const bool add = i0 != q0;
+      small_gemm<T>(nc, d.Dv, nq, Pv, ld, 1, GO, a.go.st, a.gv.row(b, h, j0), a.gv.st, add, {}, seeing);
+      small_gemm<T>(nc, d.D, nq, dP, ld, 1, Q, a.q.st, a.gk.row(b, h, j0), a.gk.st, add, {}, seeing);
     }
     if (with_q)
-      small_gemm<T>(nq, d.D, nc, dP, 1, ld, K, a.k.st, a.gq.row(b, h, i0), a.gq.st, true, {},
+      small_gemm<T>(nq, d.D, nc, dP, 1, ld, K, a.k.st, a.gq.row(b, h, i0), a.gq.st, j0 != 0, {},
                     keys_seen(p.causal, i0, j0));
   }
 }
@@ -339,14 +343,25 @@ template <class T> void backward_typed(const BackwardArgs<T>& a) {
   const Dims& d = a.d;
   const bool dropout = a.p.dropout_p > 0;
   const int64_t BH = d.B * d.H, kt = (d.Tk + kBc - 1) / kBc;
-  parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {  // the GEMMs accumulate into zeroed gradients
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.H, h = bh % d.H;
-      for (int64_t i = 0; i < d.Tq; ++i) std::fill_n(a.gq.row(b, h, i), d.D, T(0));
-      for (int64_t j = 0; j < d.Tk; ++j) std::fill_n(a.gk.row(b, h, j), d.D, T(0));
-      for (int64_t j = 0; j < d.Tk; ++j) std::fill_n(a.gv.row(b, h, j), d.Dv, T(0));
+  // The products write (=) the gradient rows they reach first and accumulate after (backward_block),
+  // so only rows no product reaches are zeroed: all of dQ when there are no keys, and dK, dV of
+  // the key blocks no query sees (causal: those from Tq on; any when there are no queries).
+  int64_t unseen = d.Tk;  // first key row of the first unseen block
+  for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc)
+    if (first_query(j0, a.p.causal) >= d.Tq) {
+      unseen = j0;
+      break;
     }
-  });
+  if (d.Tk == 0 || unseen < d.Tk)
+    parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t bh = lo; bh < hi; ++bh) {
+        const int64_t b = bh / d.H, h = bh % d.H;
+        if (d.Tk == 0)
+          for (int64_t i = 0; i < d.Tq; ++i) std::fill_n(a.gq.row(b, h, i), d.D, T(0));
+        for (int64_t j = unseen; j < d.Tk; ++j) std::fill_n(a.gk.row(b, h, j), d.D, T(0));
+        for (int64_t j = unseen; j < d.Tk; ++j) std::fill_n(a.gv.row(b, h, j), d.Dv, T(0));
+      }
+    });
   if (BH >= kOnePassHeads) {
     // Enough heads: one task per head, each key block visited once.
     parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {

@@ -213,6 +213,23 @@ TEST_CASE("fused sdpa: a query with no key to attend to gives 0 and no gradient 
   CHECK(!std::isnan(k.grad().sum().item<double>()));
 }
 
+TEST_CASE("fused sdpa without queries or without keys: the gradients no product reaches are zeros") {
+  // The backward writes each gradient row with its first product instead of zeroing first; rows
+  // that no product reaches must still come out 0. Dirty memory first, so stale values would show.
+  for (int i = 0; i < 4; ++i) (randn({64, 64}) * 1e3).sum();
+  Tensor q = randn({2, 3, 0, 8}).requires_grad_(), k = randn({2, 3, 5, 8}).requires_grad_(),
+         v = randn({2, 3, 5, 8}).requires_grad_();
+  F::scaled_dot_product_attention(q, k, v).sum().backward();
+  CHECK(k.grad().abs().max().item<double>() == 0.0);
+  CHECK(v.grad().abs().max().item<double>() == 0.0);
+  Tensor q2 = randn({2, 3, 4, 8}).requires_grad_(), k2 = randn({2, 3, 0, 8}).requires_grad_(),
+         v2 = randn({2, 3, 0, 8}).requires_grad_();
+  Tensor out = F::scaled_dot_product_attention(q2, k2, v2);
+  CHECK(out.abs().max().item<double>() == 0.0);
+  (out * randn(out.shape())).sum().backward();
+  CHECK(q2.grad().abs().max().item<double>() == 0.0);
+}
+
 TEST_CASE("fused sdpa runs bf16 and f16 inputs (f32 inside) close to f32") {
   manual_seed(41);
   Tensor q = randn({2, 2, 40, 16}), k = randn({2, 2, 40, 16}), v = randn({2, 2, 40, 16});
