@@ -22,7 +22,8 @@
 // GEMM packs both operands, which at these sizes costs about as much as the multiplies), and
 // that skips what causal attention masks, to within 6 rows by 16 columns, instead of computing
 // whole blocks and masking them. Its b operand is read row by row, so K^T, Q^T and dO^T are
-// transposed once per head (per thread, kept while the next task is on the same head).
+// transposed once per head, and b operands whose rows lie far apart (heads sliced from a qkv
+// projection) copied to contiguous rows (per thread, kept while the next task is on the same head).
 // q, k, v, the output, its gradient and the gradients of q, k, v are read and written through
 // their strides (the last dim's is 1: attention_4d's contract), so a model's [B, T, H, D] heads,
 // sliced out of one qkv projection, reach the kernel without a copy.
@@ -72,7 +73,7 @@ inline int64_t padded(int64_t n) {
 /// The per-thread scratch buffers, reused from call to call: no allocation, page faults or
 /// zeroing per call (a few hundred KiB per thread, a few MiB at T = 4096). Contents unspecified:
 /// every element is written before it is read.
-enum class Slot { kScores, kOut, kKeep, kDropped, kTransposedA, kTransposedB, kCount };
+enum class Slot { kScores, kOut, kKeep, kDropped, kHeadA, kHeadB, kHeadC, kHeadD, kHeadE, kCount };
 template <class T> T* scratch(Slot slot, int64_t n) {
   thread_local Buffer<T> buffers[static_cast<int>(Slot::kCount)];
   Buffer<T>& b = buffers[static_cast<int>(slot)];
@@ -145,30 +146,46 @@ void dropout_keep(T* keep, const AttentionParams& p, uint32_t thr, int64_t e0, i
   }
 }
 
-/// One head of x ([T, D] rows) transposed: [D, T] with row stride ld, row e holding element e of
-/// every row, the b operand small_gemm needs for a product with x^T. Kept per thread while the
-/// next task is on the same head (its next query or key block).
-template <class T> struct TransposedHead {
+/// A per-thread copy of one head of x ([T, D] rows), kept while the next task is on the same head
+/// (its next query or key block), as small_gemm's b operand, which it reads row by row:
+/// - transposed: [D, T] with row stride ld, row e holding element e of every row (for a product
+///   with x^T);
+/// - or the rows themselves, ld apart: a model's heads sliced from a [B, T, 3C] projection have
+///   their rows 3C apart, each on another page, where the hardware prefetcher stops; copied,
+///   they are contiguous. Rows already dense (stride D) are used in place.
+template <class T> struct HeadCopy {
   Slot slot;
+  bool transposed;
   const T* data = nullptr;
   int64_t bh = -1, ld = 0;
 
   const T* get(const Heads<const T>& x, int64_t bh_, int64_t H, int64_t rows, int64_t D) {
     if (bh_ == bh) return data;
-    bh = bh_, ld = padded(rows);
+    bh = bh_;
+    const int64_t b = bh / H, h = bh % H;
+    if (!transposed && x.st == D) {
+      ld = D;
+      return data = x.row(b, h, 0);
+    }
+    if (!transposed) {
+      ld = D;
+      T* t = scratch<T>(slot, rows * D);
+      for (int64_t c = 0; c < rows; ++c) std::copy_n(x.row(b, h, c), D, t + c * D);
+      return data = t;
+    }
+    ld = padded(rows);
     T* t = scratch<T>(slot, D * ld);
     // Eight rows at a time, so each store writes eight contiguous elements.
     for (int64_t c0 = 0; c0 < rows; c0 += 8) {
       const int64_t nb = std::min<int64_t>(8, rows - c0);
       const T* src[8];
-      for (int64_t i = 0; i < nb; ++i) src[i] = x.row(bh / H, bh % H, c0 + i);
+      for (int64_t i = 0; i < nb; ++i) src[i] = x.row(b, h, c0 + i);
       for (int64_t e = 0; e < D; ++e) {
         T* dst = t + e * ld + c0;
         for (int64_t i = 0; i < nb; ++i) dst[i] = src[i][e];
       }
     }
-    data = t;
-    return data;
+    return data = t;
   }
 };
 
@@ -192,7 +209,7 @@ void forward_typed(const Heads<T>& out, T* lse, const Heads<const T>& q, const H
     T *S = scratch<T>(Slot::kScores, kBr * ld), *O = scratch<T>(Slot::kOut, kBr * d.Dv);
     T* keep = scratch<T>(Slot::kKeep, ld);
     std::vector<T> m(kBr), l(kBr);
-    TransposedHead<T> kt{Slot::kTransposedA};
+    HeadCopy<T> kt{Slot::kHeadA, true}, vd{Slot::kHeadB, false};
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBr, nr = std::min(kBr, d.Tq - i0);
       const int64_t b = bh / d.H, h = bh % d.H;
@@ -230,7 +247,9 @@ void forward_typed(const Heads<T>& out, T* lse, const Heads<const T>& q, const H
           std::fill(srow + vis, srow + nc, T(0));  // the keys it does not see weigh nothing in P V
         }
         // O += P V for the whole chunk in one product.
-        small_gemm<T>(nr, d.Dv, nc, S, ld, 1, v.row(b, h, j0), v.st, O, d.Dv, true, {}, seen);
+        const T* V = vd.get(v, bh, d.H, d.Tk, d.Dv);  // (sets vd.ld)
+        V += j0 * vd.ld;
+        small_gemm<T>(nr, d.Dv, nc, S, ld, 1, V, vd.ld, O, d.Dv, true, {}, seen);
       }
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t i = i0 + r;
@@ -263,7 +282,9 @@ template <class T> struct BackwardArgs {
 /// transposed queries and output gradients.
 template <class T> struct BackwardScratch {
   T *P, *dP, *Pd, *keep;
-  TransposedHead<T> qt{Slot::kTransposedA}, got{Slot::kTransposedB};
+  // Q^T and dO^T for the scores and dP; Q, K and dO as the b operands of dK, dQ and dV.
+  HeadCopy<T> qt{Slot::kHeadA, true}, got{Slot::kHeadB, true}, qd{Slot::kHeadC, false}, kd{Slot::kHeadD, false},
+      god{Slot::kHeadE, false};
   explicit BackwardScratch(bool dropout)
       : P(scratch<T>(Slot::kScores, kBc * padded(kQueryChunk))),
         dP(scratch<T>(Slot::kOut, kBc * padded(kQueryChunk))),
@@ -286,7 +307,7 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
   for (int64_t i0 = q0; i0 < q1; i0 += kQueryChunk) {
     const int64_t nq = std::min(kQueryChunk, q1 - i0), ld = padded(nq);
     T *P = w.P, *dP = w.dP;
-    const T *K = a.k.row(b, h, j0), *V = a.v.row(b, h, j0), *Q = a.q.row(b, h, i0), *GO = a.go.row(b, h, i0);
+    const T *K = a.k.row(b, h, j0), *V = a.v.row(b, h, j0);
     const T* Qt = w.qt.get(a.q, bh, d.H, d.Tq, d.D) + i0;
     const T* GOt = w.got.get(a.go, bh, d.H, d.Tq, d.Dv) + i0;
     const Band seeing = queries_seeing(p.causal, i0, j0);
@@ -327,12 +348,18 @@ void backward_block(const BackwardArgs<T>& a, BackwardScratch<T>& w, int64_t bh,
     if (with_kv) {
       const T* Pv = p.dropout_p > 0 ? w.Pd : P;
       const bool add = i0 != q0;
-      small_gemm<T>(nc, d.Dv, nq, Pv, ld, 1, GO, a.go.st, a.gv.row(b, h, j0), a.gv.st, add, {}, seeing);
-      small_gemm<T>(nc, d.D, nq, dP, ld, 1, Q, a.q.st, a.gk.row(b, h, j0), a.gk.st, add, {}, seeing);
+      const T* GOd = w.god.get(a.go, bh, d.H, d.Tq, d.Dv);  // (each get sets its ld)
+      const T* Qd = w.qd.get(a.q, bh, d.H, d.Tq, d.D);
+      GOd += i0 * w.god.ld;
+      Qd += i0 * w.qd.ld;
+      small_gemm<T>(nc, d.Dv, nq, Pv, ld, 1, GOd, w.god.ld, a.gv.row(b, h, j0), a.gv.st, add, {}, seeing);
+      small_gemm<T>(nc, d.D, nq, dP, ld, 1, Qd, w.qd.ld, a.gk.row(b, h, j0), a.gk.st, add, {}, seeing);
     }
-    if (with_q)
-      small_gemm<T>(nq, d.D, nc, dP, 1, ld, K, a.k.st, a.gq.row(b, h, i0), a.gq.st, j0 != 0, {},
+    if (with_q) {
+      const T* Kd = w.kd.get(a.k, bh, d.H, d.Tk, d.D);
+      small_gemm<T>(nq, d.D, nc, dP, 1, ld, Kd + j0 * w.kd.ld, w.kd.ld, a.gq.row(b, h, i0), a.gq.st, j0 != 0, {},
                     keys_seen(p.causal, i0, j0));
+    }
   }
 }
 
