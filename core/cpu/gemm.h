@@ -49,8 +49,8 @@ struct Band {
 };
 
 /// c[m, n] (+)= sum_k a(m, k) b[k, n] for m < M, n < N, k < K: the small products inside fused
-/// attention (K a head dim or a block of keys), where packing both operands costs about as much
-/// as the multiplies. a(m, k) = a[m * sam + k * sak] with sam == 1 or sak == 1 (a transposed
+/// attention (K a head dim or a block of keys) and a convolution's per-image products (forward
+/// and input gradient), where packing both operands costs about as much as the multiplies. a(m, k) = a[m * sam + k * sak] with sam == 1 or sak == 1 (a transposed
 /// tile costs nothing); b's rows are contiguous, ldb apart. Causal attention's triangles: row m
 /// of c needs only the columns in `n_band` (the others, up to whole 16-column vectors, are left
 /// unspecified), and the caller guarantees a(m, k) == 0 outside `k_band` (a tile of rows skips
