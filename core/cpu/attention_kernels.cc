@@ -38,6 +38,7 @@
 
 #include "core/ops/attention.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/scratch.h"
 #include "core/dense.h"
 #include "core/generator.h"
 #include "core/kernels.h"
@@ -70,16 +71,12 @@ inline int64_t padded(int64_t n) {
   return (lines | 1) * 16;
 }
 
-/// The per-thread scratch buffers, reused from call to call: no allocation, page faults or
-/// zeroing per call (a few hundred KiB per thread, a few MiB at T = 4096). Contents unspecified:
-/// every element is written before it is read.
+/// The kernel's per-thread scratch (core/cpu/scratch.h), reused from call to call (a few hundred
+/// KiB per thread, a few MiB at T = 4096). Contents unspecified: every element is written before
+/// it is read.
 enum class Slot { kScores, kOut, kKeep, kDropped, kHeadA, kHeadB, kHeadC, kHeadD, kHeadE, kCount };
-template <class T> T* scratch(Slot slot, int64_t n) {
-  thread_local Buffer<T> buffers[static_cast<int>(Slot::kCount)];
-  Buffer<T>& b = buffers[static_cast<int>(slot)];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
+static_assert(static_cast<int>(Slot::kCount) <= kScratchSlots);
+template <class T> T* scratch(Slot slot, int64_t n) { return thread_scratch<T>(static_cast<int>(slot), n); }
 
 struct Dims {
   int64_t B, H, Tq, Tk, D, Dv;

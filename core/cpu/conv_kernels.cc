@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/cpu/gemm.h"
+#include "core/cpu/scratch.h"
 #include "core/kernels.h"
 #include "core/parallel.h"
 
@@ -206,14 +207,14 @@ void conv2d_forward_impl(Tensor& out, const Tensor& x, const Tensor& w, const Te
   const T* pb = bias.defined() ? bias.data_ptr<T>() : nullptr;
   T* po = out.data_ptr<T>();
   const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
-  auto make_scratch = [&] { return std::vector<T>(col_size); };
-  auto images = [&](std::vector<T>& col_buf, int64_t, int64_t n0, int64_t n1) {
+  auto make_scratch = [&] { return thread_scratch<T>(0, col_size); };  // written whole by im2col
+  auto images = [&](T* col_buf, int64_t, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* xn = px + n * g.C * g.H * g.W;
       const T* col = xn;
       if (!g.pointwise) {
-        im2col(g, xn, col_buf.data());
-        col = col_buf.data();
+        im2col(g, xn, col_buf);
+        col = col_buf;
       }
       T* on = po + n * g.Cout * g.L;
       for (int64_t gi = 0; gi < g.groups; ++gi) {
@@ -256,14 +257,15 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
   std::vector<double> gb_parts(need_b ? sched.blocks * g.Cout : 0, 0.0);
   const int64_t col_size = g.pointwise ? 0 : g.groups * g.K * g.L;
   struct Scratch {
-    std::vector<T> col, dcol;
+    T *col, *dcol;  // written whole by im2col and by the input gradient's product
   };
   auto make_scratch = [&] {
-    return Scratch{std::vector<T>(need_w ? col_size : 0), std::vector<T>(need_x ? col_size : 0)};
+    return Scratch{need_w ? thread_scratch<T>(0, col_size) : nullptr,
+                   need_x ? thread_scratch<T>(1, col_size) : nullptr};
   };
   auto images = [&](Scratch& scratch, int64_t block, int64_t n0, int64_t n1) {
-    std::vector<T>& col_buf = scratch.col;
-    std::vector<T>& dcol_buf = scratch.dcol;
+    T* col_buf = scratch.col;
+    T* dcol_buf = scratch.dcol;
     T* gw = need_w ? gw_parts.data() + block * wsize : nullptr;
     double* gb = need_b ? gb_parts.data() + block * g.Cout : nullptr;
     for (int64_t n = n0; n < n1; ++n) {
@@ -276,8 +278,8 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
         const T* xn = px + n * g.C * g.H * g.W;
         const T* col = xn;
         if (!g.pointwise) {
-          im2col(g, xn, col_buf.data());
-          col = col_buf.data();
+          im2col(g, xn, col_buf);
+          col = col_buf;
         }
         for (int64_t gi = 0; gi < g.groups; ++gi) {
           // GW[Coutg, K] += GO[Coutg, L] @ col_g^T (col_g read as a column-major [L, K]).
@@ -287,7 +289,7 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
       }
       if (need_x) {
         T* gxn = pgx + n * g.C * g.H * g.W;
-        T* dcol = g.pointwise ? gxn : dcol_buf.data();
+        T* dcol = g.pointwise ? gxn : dcol_buf;
         for (int64_t gi = 0; gi < g.groups; ++gi) {
           // D[K, L] = W_g^T (W_g read as a column-major [K, Coutg]) @ GO[Coutg, L].
           small_gemm<T>(g.K, g.L, g.Coutg, pw + gi * g.Coutg * g.K, 1, g.K, gon + gi * g.Coutg * g.L, g.L,

@@ -50,12 +50,13 @@ struct Band {
 
 /// c[m, n] (+)= sum_k a(m, k) b[k, n] for m < M, n < N, k < K: the small products inside fused
 /// attention (K a head dim or a block of keys) and a convolution's per-image products (forward
-/// and input gradient), where packing both operands costs about as much as the multiplies. a(m, k) = a[m * sam + k * sak] with sam == 1 or sak == 1 (a transposed
-/// tile costs nothing); b's rows are contiguous, ldb apart. Causal attention's triangles: row m
-/// of c needs only the columns in `n_band` (the others, up to whole 16-column vectors, are left
-/// unspecified), and the caller guarantees a(m, k) == 0 outside `k_band` (a tile of rows skips
-/// the k outside all of its rows' bands). float runs an AVX-512 kernel without packing where the
-/// CPU has it; otherwise, and for double, it is gemm() over the whole product.
+/// and input gradient), where packing both operands costs about as much as the multiplies.
+/// a(m, k) = a[m * sam + k * sak] with sam == 1 or sak == 1 (a transposed tile costs nothing);
+/// b's rows are contiguous, ldb apart. Causal attention's triangles: row m of c needs only the
+/// columns in `n_band` (the others, up to whole 16-column vectors, are left unspecified), and
+/// the caller guarantees a(m, k) == 0 outside `k_band` (a tile of rows skips the k outside all
+/// of its rows' bands). float runs an AVX-512 kernel without packing where the CPU has it;
+/// otherwise, and for double, it is gemm() over the whole product.
 void sgemm_small(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                  int64_t ldb, float* c, int64_t ldc, bool accumulate, Band n_band = {}, Band k_band = {});
 void dgemm_small(int64_t M, int64_t N, int64_t K, const double* a, int64_t sam, int64_t sak, const double* b,

@@ -73,19 +73,23 @@ namespace {
 template <class T> void check_small_gemm() {
   manual_seed(12);
   const cpu::Band all{};
-  for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {5, 15, 3}, {6, 64, 64}, {7, 17, 63},
-                                                            {13, 65, 64}, {64, 130, 33}, {20, 40, 0}})
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},    {5, 15, 3},    {6, 64, 64}, {7, 17, 63},
+                                                      {13, 65, 64}, {64, 130, 33}, {20, 40, 0}};
+  const cpu::Band upper{-cpu::Band::kAll, 3}, lower{5, cpu::Band::kAll};
+  for (auto [M, N, K] : shapes)
     for (bool a_rows : {true, false})
       for (bool acc : {false, true})
-        for (auto [n_band, k_band] : std::vector<std::pair<cpu::Band, cpu::Band>>{
-                 {all, all}, {{-cpu::Band::kAll, 3}, {-cpu::Band::kAll, 3}}, {{5, cpu::Band::kAll}, {5, cpu::Band::kAll}}}) {
+        for (auto [n_band, k_band] :
+             std::vector<std::pair<cpu::Band, cpu::Band>>{{all, all}, {upper, upper}, {lower, lower}}) {
           // Padded leading dims, so the kernel must use them.
           const int64_t sam = a_rows ? K + 3 : 1, sak = a_rows ? 1 : M + 2, ldb = N + 5, ldc = N + 7;
           std::vector<T> a = randn({M * (K + 3) + K * (M + 2) + 1}, dtype_of<T>::value).template to_vector<T>();
           const std::vector<T> b = randn({K * ldb + 1}, dtype_of<T>::value).template to_vector<T>();
           std::vector<T> c = randn({M * ldc + 1}, dtype_of<T>::value).template to_vector<T>();
           const std::vector<T> c0 = c;
-          auto in_band = [](const cpu::Band& band, int64_t m, int64_t x) { return x >= m + band.lo && x <= m + band.hi; };
+          auto in_band = [](const cpu::Band& band, int64_t m, int64_t x) {
+            return x >= m + band.lo && x <= m + band.hi;
+          };
           for (int64_t m = 0; m < M; ++m)  // a(m, k) is zero outside k_band: the caller's guarantee
             for (int64_t k = 0; k < K; ++k)
               if (!in_band(k_band, m, k)) a[m * sam + k * sak] = T(0);
