@@ -20,12 +20,12 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/generator.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "nn/attention.h"
+#include "profiler/gemm_rate.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/allocator.h"
 #include "cuda/device.h"
@@ -87,22 +87,6 @@ Result measure(Attention attn, Device dev, DType dt, int64_t B, int64_t H, int64
     r.step_s = std::min(r.step_s, now_s() - t0);
   }
   return r;
-}
-
-/// Kiln's f32 matmul rate at 1024^3 (best of 8 after a warm-up; what the GPT's MFU is measured
-/// against, train/run_monitor.cc), in GFLOP/s.
-double cpu_gemm_peak_gflops() {
-  NoGradGuard ng;
-  Generator own(1);  // leaves the inputs' random stream as it was
-  const Tensor a = randn({1024, 1024}, {}, &own), b = randn({1024, 1024}, {}, &own);
-  for (int i = 0; i < 2; ++i) matmul(a, b);
-  double best = 1e30;
-  for (int i = 0; i < 8; ++i) {
-    const double t0 = now_s();
-    matmul(a, b);
-    best = std::min(best, now_s() - t0);
-  }
-  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
 }
 
 /// FLOPs of causal attention's forward + backward: seven [T, T] x D products (two forward, five
@@ -169,7 +153,7 @@ int main(int argc, char** argv) {
   fmt::print("attention on {}, {}, causal, B={} H={} D={}, {} threads; best of {}\n", device, dtype, B, H, D,
              get_num_threads(), reps);
   // On the CPU the fused step's rate is set beside the machine's GEMM rate (the target: 60 %).
-  const double peak = dev.is_cuda() ? 0.0 : cpu_gemm_peak_gflops();
+  const double peak = dev.is_cuda() ? 0.0 : profiler::measured_cpu_gemm_flops() / 1e9;
   if (peak > 0) fmt::print("GEMM peak (Kiln's matmul, 1024^3, f32): {:.1f} GFLOP/s\n", peak);
   fmt::print("{:>6} {:>10} {:>12} {:>12} {:>12} {:>12}\n", "T", "impl", "fwd ms", "fwd+bwd ms", "peak MiB", "");
   for (int64_t T : seqs) {

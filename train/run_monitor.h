@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "profiler/gemm_rate.h"
 #include "profiler/profiler.h"
 #include "profiler/schedule.h"
 #include "profiler/tensorboard.h"
@@ -23,11 +24,7 @@
 
 namespace kiln::train {
 
-/// The CPU's f32 GEMM rate as Kiln's own matmul reaches it at the current thread count (a 1024^3
-/// product, best of 8), the peak MFU on CPU is taken against: a CPU publishes no peak Kiln could
-/// look up, and a clock-times-width formula misses turbo clocks (it gave 117 % MFU on an AMD EPYC).
-/// `ranks` ranks of the same kind: the sum of theirs. `description` receives how it was measured.
-double measured_cpu_gemm_flops(std::string* description = nullptr, int ranks = 1);
+using profiler::measured_cpu_gemm_flops;  // profiler/gemm_rate.h
 
 struct MonitorConfig {
   std::string profile_dir;          // "": no profiling
