@@ -1,10 +1,11 @@
 // The fused scaled-dot-product attention primitive (flash-attention style), beside its row in
 // the op table: the forward with its logsumexp, the views the kernels take, and the dropout mask.
 // The op is op::attention (core/op_table.h), its kernels attention_forward/attention_backward
-// (core/kernels.h: CPU in core/cpu/attention_kernels.cc, CUDA in cuda/attention.cc) and its parameters
-// AttentionParams (core/op_kinds.h). The forward keeps one logsumexp per query row instead of the
-// [Tq, Tk] probabilities; the backward recomputes them tile by tile. Dropout is drawn from a
-// counter-based Philox stream (seed, offset), so the backward regenerates the same mask.
+// (core/kernels.h: CPU in core/cpu/attention_kernels.cc and attention_backward_kernels.cc, CUDA
+// in cuda/attention.cc) and its parameters AttentionParams (core/op_kinds.h). The forward keeps
+// one logsumexp per query row instead of the [Tq, Tk] probabilities; the backward recomputes them
+// tile by tile. Dropout is drawn from a counter-based Philox stream (seed, offset), so the
+// backward regenerates the same mask.
 #pragma once
 
 #include <cstdint>
