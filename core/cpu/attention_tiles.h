@@ -40,11 +40,10 @@ constexpr int64_t kQueryChunk = 1024;  // backward: queries per GEMM
 constexpr int64_t kOnePassHeads = 16;  // backward: heads (B x H) from which each head is one task
 
 template <class T> using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-/// Scratch tiles aligned to Eigen's packets: where a row starts decides which elements take the
-/// scalar path of exp and sum, and so the last bits of the result. Aligned (and every row of a
-/// tile starting at a multiple of 16 elements), the result does not depend on which thread (or
-/// allocation) ran the tile.
-template <class T> using Buffer = std::vector<T, Eigen::aligned_allocator<T>>;
+/// Scratch tiles (scratch.h's slots) are aligned to Eigen's packets: where a row starts decides
+/// which elements take the scalar path of exp and sum, and so the last bits of the result.
+/// Aligned (and every row of a tile starting at a multiple of 16 elements), the result does not
+/// depend on which thread (or allocation) ran the tile.
 template <class T> using RowMap = Eigen::Map<Arr<T>>;
 template <class T> using ConstRowMap = Eigen::Map<const Arr<T>>;
 

@@ -2,9 +2,10 @@
 // forward and input-gradient products through small_gemm (no packing: the Fashion-MNIST CNN's
 // second conv forward 26 % faster than through gemm), the weight gradient's (b read by columns)
 // through gemm. Threads take blocks of images as they come free, each with its own column
-// buffers; a batch smaller than the thread count runs on one thread. 1x1 / stride 1 / no padding
-// convolutions skip im2col. The weight gradient is summed per block and the blocks are added in
-// order, so results do not depend on scheduling. f16/bf16 compute in f32.
+// buffers (core/cpu/scratch.h, kept across calls); a batch smaller than the thread count runs on
+// one thread. 1x1 / stride 1 / no padding convolutions skip im2col. The weight gradient is
+// summed per block and the blocks are added in order, so results do not depend on scheduling.
+// f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
