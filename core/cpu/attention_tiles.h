@@ -25,6 +25,7 @@
 
 #include "core/cpu/gemm.h"
 #include "core/cpu/scratch.h"
+#include "core/cpu/transpose_rows.h"
 #include "core/dense.h"
 #include "core/error.h"
 #include "core/generator.h"
@@ -157,16 +158,7 @@ template <class T> struct HeadCopy {
     }
     ld = padded(rows);
     T* t = scratch<T>(slot, D * ld);
-    // Eight rows at a time, so each store writes eight contiguous elements.
-    for (int64_t c0 = 0; c0 < rows; c0 += 8) {
-      const int64_t nb = std::min<int64_t>(8, rows - c0);
-      const T* src[8];
-      for (int64_t i = 0; i < nb; ++i) src[i] = x.row(b, h, c0 + i);
-      for (int64_t e = 0; e < D; ++e) {
-        T* dst = t + e * ld + c0;
-        for (int64_t i = 0; i < nb; ++i) dst[i] = src[i][e];
-      }
-    }
+    transpose_rows(x.row(b, h, 0), x.st, rows, D, t, ld);
     return data = t;
   }
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/cpu/loops.h"
+#include "core/cpu/transpose_rows.h"
 #include "core/kernels.h"
 
 namespace kiln::cpu {
@@ -27,31 +28,6 @@ void fill_kernel(Tensor& out, const Scalar& value) {
   });
 }
 
-#if defined(__AVX__)
-/// d[k * ds + i] = s[i * ss + k] for an 8 x 8 block of 32-bit elements: eight row loads, three
-/// rounds of shuffles, eight row stores (bits are only moved, never computed on).
-inline void transpose8x8(const uint32_t* s, int64_t ss, uint32_t* d, int64_t ds) {
-  auto ld = [&](int i) { return _mm256_loadu_ps(reinterpret_cast<const float*>(s + i * ss)); };
-  const __m256 r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3), r4 = ld(4), r5 = ld(5), r6 = ld(6), r7 = ld(7);
-  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  auto st = [&](int k, __m256 v) { _mm256_storeu_ps(reinterpret_cast<float*>(d + k * ds), v); };
-  st(0, _mm256_permute2f128_ps(u0, u4, 0x20));
-  st(1, _mm256_permute2f128_ps(u1, u5, 0x20));
-  st(2, _mm256_permute2f128_ps(u2, u6, 0x20));
-  st(3, _mm256_permute2f128_ps(u3, u7, 0x20));
-  st(4, _mm256_permute2f128_ps(u0, u4, 0x31));
-  st(5, _mm256_permute2f128_ps(u1, u5, 0x31));
-  st(6, _mm256_permute2f128_ps(u2, u6, 0x31));
-  st(7, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-#endif
 
 /// Tile side: 16 x 16 for 32-bit elements (whole cache lines of src columns and out rows in
 /// four 8 x 8 blocks), 32 x 32 for the others.

@@ -53,6 +53,10 @@ const std::vector<ConvCase> kCases = {
     {2, 3, 7, 6, 4, 5, 3, params(1, 1, 0, 1, 1, 1, 1), true},
     {2, 2, 5, 6, 3, 1, 5, params(1, 1, 2, 2, 1, 1, 1), false},
     {2, 2, 4, 2, 3, 3, 5, params(1, 1, 1, 2, 1, 1, 1), true},
+    // Deep enough (K >= 64) for the weight gradient through small_gemm on transposed grad_out:
+    // channels and positions that are not multiples of 8, more output channels than one tile.
+    {3, 8, 9, 10, 20, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true},
+    {2, 16, 7, 5, 70, 3, 3, params(2, 1, 1, 1, 1, 1, 1), false},
 };
 
 std::string describe(const ConvCase& c) {
