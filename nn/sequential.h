@@ -49,11 +49,10 @@ class Sequential : public Module {
     push_back(std::make_shared<std::remove_cvref_t<M>>(std::move(layer)));
   }
 
-  Tensor forward(const Tensor& x) override {
-    Tensor h = x;
-    for (auto& l : layers_) h = (*l)(h);
-    return h;
-  }
+  /// The layers in order, except that a ReLU followed by a MaxPool2d runs as max pooling, then
+  /// ReLU (swapped_relu_pool): the same values and gradients, with ReLU's passes over a quarter
+  /// of the elements.
+  Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
   /// Puts `layer` in place of element i under the same name (how FSDP wraps each block).
   void replace(size_t i, std::shared_ptr<Module> layer) {
@@ -62,6 +61,15 @@ class Sequential : public Module {
     layers_[i] = std::move(layer);
   }
   const std::shared_ptr<Module>& operator[](size_t i) const { return layers_.at(i); }
+
+  /// Whether layers i and i + 1 are exactly a ReLU and a MaxPool2d (not subclasses), which
+  /// forward() runs swapped. ReLU is monotone, so the maximum of a window's ReLUs is the ReLU
+  /// of its maximum, and the same element is the window's first maximum either way whenever the
+  /// maximum is positive (when it is not, both give zero gradients); NaN propagates alike. The
+  /// forward values are equal (a zero may come out with the other sign), the gradients
+  /// bit-identical. In the Fashion-MNIST CNN, after a 28 x 28 convolution, ReLU's forward and
+  /// backward passes over 12.8 MB each become passes over 3.2 MB.
+  bool swapped_relu_pool(size_t i) const;
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;
