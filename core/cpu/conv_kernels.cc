@@ -2,11 +2,11 @@
 // forward and input-gradient products through small_gemm (no packing: the Fashion-MNIST CNN's
 // second conv forward 26 % faster than through gemm); the weight gradient too where it is deep
 // enough, summed transposed (GW^T[K, Cout] += col @ GO^T, with this image's grad_out transposed
-// first so that small_gemm reads b by rows), else through gemm. Threads take blocks of images as they come free, each with its own column
-// buffers (core/cpu/scratch.h, kept across calls); a batch smaller than the thread count runs on
-// one thread. 1x1 / stride 1 / no padding convolutions skip im2col. The weight gradient is
-// summed per block and the blocks are added in order, so results do not depend on scheduling.
-// f16/bf16 compute in f32.
+// first so that small_gemm reads b by rows), else through gemm. Threads take blocks of images
+// as they come free, each with its own column buffers (core/cpu/scratch.h, kept across calls);
+// a batch smaller than the thread count runs on one thread. 1x1 / stride 1 / no padding
+// convolutions skip im2col. The weight gradient is summed per block and the blocks are added in
+// order, so results do not depend on scheduling. f16/bf16 compute in f32.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -258,7 +258,7 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
   const BatchSchedule sched = batch_schedule(g.N, work, max_blocks);
   // The weight gradient through small_gemm needs grad_out transposed per image: worth it when
   // the product is deep enough (K >= 64: the transpose is then under 1 % of the product's work;
-  // the CNN's 32 -> 64 conv, K = 288: its backward 4 % faster). Shallow ones (a first layer's
+  // the CNN's 32 -> 64 conv, K = 288: its backward 6 % faster). Shallow ones (a first layer's
   // K = 9) stay on gemm, which reads grad_out as it is. Partial sums are then GW_g^T[K, Coutg].
   const bool wgrad_transposed = g.K >= 64;
   std::vector<T> gw_parts(need_w ? sched.blocks * wsize : 0, T(0));

@@ -28,7 +28,6 @@ void fill_kernel(Tensor& out, const Scalar& value) {
   });
 }
 
-
 /// Tile side: 16 x 16 for 32-bit elements (whole cache lines of src columns and out rows in
 /// four 8 x 8 blocks), 32 x 32 for the others.
 template <class Bits> constexpr int64_t kTile = sizeof(Bits) == 4 ? 16 : 32;

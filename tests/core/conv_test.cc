@@ -57,6 +57,7 @@ const std::vector<ConvCase> kCases = {
     // channels and positions that are not multiples of 8, more output channels than one tile.
     {3, 8, 9, 10, 20, 3, 3, params(1, 1, 1, 1, 1, 1, 1), true},
     {2, 16, 7, 5, 70, 3, 3, params(2, 1, 1, 1, 1, 1, 1), false},
+    {2, 64, 5, 6, 12, 1, 1, params(1, 1, 0, 0, 1, 1, 1), true},  // 1x1, K = 64: x[n] is the column matrix
 };
 
 std::string describe(const ConvCase& c) {
