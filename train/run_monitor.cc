@@ -4,10 +4,7 @@
 
 #include <cmath>
 
-#include "core/generator.h"
-#include "core/grad_mode.h"
 #include "core/ops.h"
-#include "core/parallel.h"
 #include "profiler/key_averages.h"
 #include "profiler/memory.h"
 #include "distributed/data_parallel/ddp.h"
