@@ -2,7 +2,7 @@
 // binary, compare and where. 16-bit floats compute in float (opmath_t); integer dtypes get the
 // kinds whose row allows them (core/ops validated that). Contiguous f32/f64 transcendental ops run
 // through Eigen's vectorised array functions (f32 gelu_tanh and its gradient through
-// core/cpu/gelu_tanh_vec.h), split across threads; everything else goes through map1/map2/map3,
+// core/cpu/gelu_tanh_vec.h, at 16 lanes where the CPU has AVX-512), split across threads; everything else goes through map1/map2/map3,
 // whose contiguous paths vectorise.
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "core/cpu/gelu_tanh_vec.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/loops.h"
 #include "core/elementwise_ops.h"
 #include "core/kernels.h"
@@ -55,7 +56,7 @@ bool eigen_unary_span(UnaryKind kind, T* out, const T* in, int64_t m) {
     case UnaryKind::gelu: d = T(0.5) * v * (one + (v * T(unary_fn::kInvSqrt2)).erf()); break;
     case UnaryKind::gelu_tanh:
       if constexpr (std::is_same_v<T, float>) {
-        gelu_tanh_f32(out, in, m);
+        use_avx512() ? gelu_tanh_f32_avx512(out, in, m) : gelu_tanh_f32(out, in, m);
       } else {
         d = T(0.5) * v * (one + (T(unary_fn::kSqrt2OverPi) * (v + T(unary_fn::kGeluKappa) * v.cube())).tanh());
       }
@@ -178,7 +179,7 @@ bool eigen_unary_backward_span(UnaryKind kind, T* out, const T* g, const T* xs, 
               x * (T(-0.5) * x.square()).exp() * T(unary_fn::kInvSqrt2Pi));
   } else if (kind == UnaryKind::gelu_tanh) {
     if constexpr (std::is_same_v<T, float>) {
-      gelu_tanh_backward_f32(out, g, xs, m);
+      use_avx512() ? gelu_tanh_backward_f32_avx512(out, g, xs, m) : gelu_tanh_backward_f32(out, g, xs, m);
       return true;
     }
     // unary_fn::gelu_tanh_grad, with tanh staged once per element in a block buffer.

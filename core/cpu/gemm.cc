@@ -1,9 +1,7 @@
 #include "core/cpu/gemm.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "core/cpu/gemm_eigen.h"
+#include "core/cpu/isa.h"
 #include "core/error.h"
 
 namespace kiln::cpu {
@@ -15,27 +13,8 @@ void sgemm_avx512(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b,
 void sgemm_small_avx512(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                         int64_t ldb, float* c, int64_t ldc, bool accumulate, Band n_band, Band k_band);
 
-namespace {
-
-bool use_avx512() {
-#if defined(KILN_HAVE_AVX512_GEMM) && defined(__x86_64__)
-  static const bool yes = [] {
-    const char* isa = std::getenv("KILN_CPU_ISA");
-    if (isa != nullptr && std::strcmp(isa, "avx512") != 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  }();
-  return yes;
-#else
-  return false;
-#endif
-}
-
-}  // namespace
-
 void sgemm(int64_t M, int64_t N, int64_t K, GemmOperand a, GemmOperand b, float* c, int64_t ldc, bool accumulate) {
-#if defined(KILN_HAVE_AVX512_GEMM)
+#if defined(KILN_HAVE_AVX512)
   if (use_avx512()) return sgemm_avx512(M, N, K, a, b, c, ldc, accumulate);
 #endif
   gemm_baseline::eigen_gemm<float>(M, N, K, a, b, c, ldc, accumulate);
@@ -61,7 +40,7 @@ void small_gemm_by_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t sam
 void sgemm_small(int64_t M, int64_t N, int64_t K, const float* a, int64_t sam, int64_t sak, const float* b,
                  int64_t ldb, float* c, int64_t ldc, bool accumulate, Band n_band, Band k_band) {
   if (M <= 0 || N <= 0) return;
-#if defined(KILN_HAVE_AVX512_GEMM)
+#if defined(KILN_HAVE_AVX512)
   if (use_avx512()) return sgemm_small_avx512(M, N, K, a, sam, sak, b, ldb, c, ldc, accumulate, n_band, k_band);
 #endif
   small_gemm_by_gemm(M, N, K, a, sam, sak, b, ldb, c, ldc, accumulate);

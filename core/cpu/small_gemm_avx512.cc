@@ -4,7 +4,7 @@
 // the multiplies. Nothing is packed here: b's rows are read as they are, a's elements are
 // broadcast from wherever they lie, and a tile of 6 rows x 64 columns stays in 24 registers over
 // the whole depth. Everything lives in namespace gemm_avx512 or is internal, so nothing of this
-// unit can stand in for baseline code at link time (//tests/core:gemm_isolation_test).
+// unit can stand in for baseline code at link time (//tests/core:avx512_isolation_test).
 #include <immintrin.h>
 
 #include <algorithm>

@@ -31,20 +31,6 @@ inline F8 load(const float* p) {
 
 inline void store(float* p, F8 v) { std::memcpy(p, &v, sizeof v); }
 
-/// p[0, n) (n < 8) in the low lanes, `fill` in the others.
-inline F8 load_tail(const float* p, int64_t n, float fill) {
-  float b[kW];
-  for (int64_t i = 0; i < kW; ++i) b[i] = i < n ? p[i] : fill;
-  return load(b);
-}
-
-/// Stores the low n (< 8) lanes of v at p.
-inline void store_tail(float* p, F8 v, int64_t n) {
-  float b[kW];
-  store(b, v);
-  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
-}
-
 /// a * b + c, rounded once where the target has FMA (always the same way in a given build).
 inline F8 fmadd(F8 a, F8 b, F8 c) {
 #if defined(__FMA__)
@@ -82,28 +68,71 @@ inline F8 at_most(F8 v, F8 hi) {
 #endif
 }
 
+/// The vector type and the width-dependent operations of the 8-lane build, for code written once
+/// for any width (exp_v below, core/cpu/gelu_tanh_vec.h); the AVX-512 unit instantiates the same
+/// templates with its 16-lane traits (core/cpu/gelu_avx512.cc).
+struct Lanes8 {
+  using F = F8;
+  using I = I8;
+  static constexpr int64_t kW = vec::kW;
+  static F fmadd(F a, F b, F c) { return vec::fmadd(a, b, c); }
+  static F at_least(F v, F lo) { return vec::at_least(v, lo); }
+  static F at_most(F v, F hi) { return vec::at_most(v, hi); }
+};
+
+template <class V> typename V::F splat_v(float v) { return typename V::F{} + v; }
+
+template <class V> typename V::F load_v(const float* p) {
+  typename V::F v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class V> void store_v(float* p, typename V::F v) { std::memcpy(p, &v, sizeof v); }
+
+/// p[0, n) (n < V::kW) in the low lanes, `fill` in the others.
+template <class V> typename V::F load_tail_v(const float* p, int64_t n, float fill) {
+  float b[V::kW];
+  for (int64_t i = 0; i < V::kW; ++i) b[i] = i < n ? p[i] : fill;
+  return load_v<V>(b);
+}
+
+/// Stores the low n (< V::kW) lanes of v at p.
+template <class V> void store_tail_v(float* p, typename V::F v, int64_t n) {
+  float b[V::kW];
+  store_v<V>(b, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
+}
+
 /// e^x per lane: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts), Cephes' expf
 /// polynomial for e^r, 2^n put into the exponent bits; about 18 vector operations, no branch or
 /// select. x is raised to -88 first, where n = -127 makes 2^n's bits 0: the result is 0 below
 /// about -87.6 (PyTorch gives denormals there, all under 1.2e-38), exactly 0 for -inf. n is
 /// capped at 127: above 88.38 the polynomial, evaluated past its range, overflows to +inf where
-/// e^x does (88.72), and +inf gives +inf. NaN gives NaN.
-inline F8 exp(F8 x) {
-  const F8 xc = at_least(x, splat(-88.0f));
+/// e^x does (88.72), and +inf gives +inf. NaN gives NaN. Each lane's arithmetic is the same at
+/// any width, so the 8- and 16-lane builds give the same bits.
+template <class V> typename V::F exp_v(typename V::F x) {
+  using F = typename V::F;
+  auto c = [](float v) { return splat_v<V>(v); };
+  const F xc = V::at_least(x, c(-88.0f));
   // Round x / ln2 to the nearest integer: adding 1.5 * 2^23 leaves no fraction bits.
-  const F8 magic = splat(12582912.0f);
-  const F8 n = at_most(fmadd(xc, splat(1.44269504088896341f), magic) - magic, splat(127.0f));
-  F8 r = fmadd(n, splat(-0.693359375f), xc);
-  r = fmadd(n, splat(2.12194440e-4f), r);
-  F8 p = splat(1.9875691500e-4f);
-  p = fmadd(p, r, splat(1.3981999507e-3f));
-  p = fmadd(p, r, splat(8.3334519073e-3f));
-  p = fmadd(p, r, splat(4.1665795894e-2f));
-  p = fmadd(p, r, splat(1.6666665459e-1f));
-  p = fmadd(p, r, splat(5.0000001201e-1f));
-  p = fmadd(p, r * r, r + splat(1.0f));
-  const I8 bits = (__builtin_convertvector(n, I8) + 127) << 23;
-  return p * (F8)bits;  // the bits of 2^n
+  const F magic = c(12582912.0f);
+  const F n = V::at_most(V::fmadd(xc, c(1.44269504088896341f), magic) - magic, c(127.0f));
+  F r = V::fmadd(n, c(-0.693359375f), xc);
+  r = V::fmadd(n, c(2.12194440e-4f), r);
+  F p = c(1.9875691500e-4f);
+  p = V::fmadd(p, r, c(1.3981999507e-3f));
+  p = V::fmadd(p, r, c(8.3334519073e-3f));
+  p = V::fmadd(p, r, c(4.1665795894e-2f));
+  p = V::fmadd(p, r, c(1.6666665459e-1f));
+  p = V::fmadd(p, r, c(5.0000001201e-1f));
+  p = V::fmadd(p, r * r, r + c(1.0f));
+  const typename V::I bits = (__builtin_convertvector(n, typename V::I) + 127) << 23;
+  return p * (F)bits;  // the bits of 2^n
 }
+
+inline F8 exp(F8 x) { return exp_v<Lanes8>(x); }
+inline F8 load_tail(const float* p, int64_t n, float fill) { return load_tail_v<Lanes8>(p, n, fill); }
+inline void store_tail(float* p, F8 v, int64_t n) { store_tail_v<Lanes8>(p, v, n); }
 
 }  // namespace kiln::cpu::vec

@@ -1,14 +1,18 @@
 // The vector math of the hand-vectorised f32 kernels (core/cpu/vec8.h, core/cpu/gelu_tanh_vec.h)
 // against f64: exp over its whole range and at its edges, gelu(tanh) and its gradient also where
-// 1 + tanh cancels and where the gradient's factors overflow.
+// 1 + tanh cancels and where the gradient's factors overflow; the AVX-512 unit's 16-lane gelu
+// against the 8-lane one, bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/cpu/gelu_tanh_vec.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/vec8.h"
 
 using namespace kiln::cpu;
@@ -88,4 +92,32 @@ TEST_CASE("f32 gelu(tanh) and its gradient match f64 from -1000 to 1000, with no
   CHECK(y[n - 7] == 0.0f);
   CHECK(gx[n - 2] == 1.0f);
   CHECK(std::fabs(gx[n - 7]) < 1e-20);
+}
+
+TEST_CASE("the AVX-512 gelu(tanh) loops give the 8-lane loops' bits, tails and edges included") {
+  if (!use_avx512()) {
+    MESSAGE("SKIPPED: this CPU has no AVX-512 (or KILN_CPU_ISA says otherwise): only the 8-lane loops run here");
+    return;
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 1000, 4099}) {
+    std::vector<float> xs(n), g(n);
+    for (int64_t i = 0; i < n; ++i) xs[i] = normal(rng), g[i] = normal(rng);
+    const float edges[] = {0.0f, -0.0f, inf, -inf, nan, -9.5f, 1000.0f, -1000.0f, 1e-30f};
+    for (int64_t i = 0; i < std::min<int64_t>(n, 9); ++i) xs[(i * 977) % n] = edges[i];
+    std::vector<float> y8(n), y16(n), d8(n), d16(n);
+    gelu_tanh_f32(y8.data(), xs.data(), n);
+    gelu_tanh_f32_avx512(y16.data(), xs.data(), n);
+    gelu_tanh_backward_f32(d8.data(), g.data(), xs.data(), n);
+    gelu_tanh_backward_f32_avx512(d16.data(), g.data(), xs.data(), n);
+    int differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      differ += std::memcmp(&y8[i], &y16[i], sizeof(float)) != 0;
+      differ += std::memcmp(&d8[i], &d16[i], sizeof(float)) != 0;
+    }
+    INFO("n = ", n);
+    CHECK(differ == 0);
+  }
 }
