@@ -8,10 +8,7 @@
 //                   [--allow-load]
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +17,7 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
+#include "core/util/cli.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
@@ -93,46 +91,26 @@ Result measure(Attention attn, Device dev, DType dt, int64_t B, int64_t H, int64
 /// backward: the scores again, dP, dV, dK, dQ), each half of 2 T^2 D under the mask.
 double causal_step_flops(int64_t B, int64_t H, int64_t T, int64_t D) { return 7.0 * B * H * T * T * D; }
 
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::stoll(item));
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> seqs = {256, 1024};
-  int reps = 5;
+  int reps = 5, threads = 0;
   std::string device = "cpu", dtype = "f32";
   bool allow_load = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--allow-load")) {
-      allow_load = true;
-      continue;
-    }
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "attention_bench: %s needs a value\n", argv[i]);
-      return 2;
-    }
-    if (!std::strcmp(argv[i], "--seqs")) seqs = parse_list(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads")) set_num_threads(std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
-    else {
-      std::fprintf(stderr, "attention_bench: unknown flag %s\n", argv[i]);
-      return 2;
-    }
-    ++i;
-  }
+  cli::App app("Fused scaled-dot-product attention against the composite of core ops: time, memory, GFLOP/s.",
+               "attention_bench");
+  app.add_option("--seqs", seqs, "comma-separated sequence lengths")
+      ->delimiter(',')
+      ->check(cli::range<int64_t>(1, 1 << 20));
+  app.add_option("--reps", reps, "timed runs per figure (the best is reported)")->check(cli::range(1, 1000));
+  app.add_option("--threads", threads, "CPU threads (0: Kiln's default)")->check(cli::range(0, 1024));
+  app.add_option("--device", device, "cpu, cuda or cuda:N");
+  app.add_option("--dtype", dtype, "element type")->check(cli::one_of({"f32", "bf16", "f16"}));
+  app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (threads > 0) set_num_threads(threads);
   const DType dt = dtype == "bf16" ? kBFloat16 : dtype == "f16" ? kFloat16 : kFloat32;
-  if (dtype != "f32" && dtype != "bf16" && dtype != "f16") {
-    std::fprintf(stderr, "attention_bench: --dtype must be f32, bf16 or f16, got %s\n", dtype.c_str());
-    return 2;
-  }
   const Device dev(device);
 #ifdef KILN_HAVE_CUDA
   if (dev.is_cuda() && cuda::device_count() == 0) {

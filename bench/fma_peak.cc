@@ -72,10 +72,10 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string isa = "best";
   app.add_flag("--allow-load", allow_load, bench::kAllowLoadHelp);
-  app.add_option("--threads", threads, "largest thread count (default: the CPUs)")->check(CLI::Range(1, 1024));
-  app.add_option("--repeats", repeats, "runs per thread count; the best is reported")->check(CLI::Range(1, 100));
+  app.add_option("--threads", threads, "largest thread count (default: the CPUs)")->check(cli::range(1, 1024));
+  app.add_option("--repeats", repeats, "runs per thread count; the best is reported")->check(cli::range(1, 100));
   app.add_option("--isa", isa, "best (AVX-512 where the CPU has it), avx512 or avx2")
-      ->check(CLI::IsMember({"best", "avx512", "avx2"}));
+      ->check(cli::one_of({"best", "avx512", "avx2"}));
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   __builtin_cpu_init();
   const bool has512 = __builtin_cpu_supports("avx512f"), has2 = __builtin_cpu_supports("avx2") &&

@@ -3,9 +3,10 @@
 # refused before anything runs, with a message naming the flag and the value and exit 2 (they
 # used to go through atoi, where garbage silently became 0); --help exits 0 and lists --allow-load
 # (bench/host_check.h) in every benchmark.
-# Arguments: ddp_bench, amp_bench, allreduce_bench, core_bench, eigen_gemm_reference, pipeline_bench.
+# Arguments: ddp_bench, amp_bench, allreduce_bench, core_bench, eigen_gemm_reference, pipeline_bench,
+# attention_bench, fma_peak.
 set -u
-ddp="$1" amp="$2" allreduce="$3" core="$4" eigen="$5" pipeline="$6"
+ddp="$1" amp="$2" allreduce="$3" core="$4" eigen="$5" pipeline="$6" attention="$7" fma="$8"
 failures=0
 
 expect() {  # expect <binary> <text in stderr> -- args...
@@ -36,8 +37,13 @@ expect "$eigen" "dims: expects an integer, got 'abc'" -- 2 64 abc 64
 expect "$eigen" "2 dims is not a list of M K N triples" -- 2 64 64
 expect "$pipeline" "--micro: expects an integer, got 'x'" -- --micro 1,x,4
 expect "$pipeline" "--stages: must be in [2, 64], got 1" -- --stages 1
+expect "$attention" "--reps: expects an integer, got 'zero'" -- --reps zero
+expect "$attention" "--dtype: must be one of f32|bf16|f16, got 'f64'" -- --dtype f64
+expect "$attention" "--seqs: expects an integer, got '2x'" -- --seqs 256,2x
+expect "$fma" "--threads: must be in [1, 1024], got 0" -- --threads 0
+expect "$fma" "--isa: must be one of best|avx512|avx2, got 'sse'" -- --isa sse
 
-for bin in "$ddp" "$amp" "$allreduce" "$core" "$eigen" "$pipeline"; do
+for bin in "$ddp" "$amp" "$allreduce" "$core" "$eigen" "$pipeline" "$attention" "$fma"; do
   out=$("$bin" --help 2>&1)
   code=$?
   if [ "$code" -ne 0 ] || [[ "$out" != *"--help"* ]]; then
