@@ -49,7 +49,7 @@ __attribute__((target("avx2,fma"))) void fma_avx2(int64_t iters, float* sink) {
 
 #undef KILN_FMA_LOOP
 
-/// GFLOP/s of `threads` threads running the loop at once (the slowest one's time).
+/// GFLOP/s of `threads` threads running the loop at once (wall time until the last one ends).
 double run(int threads, bool avx512, int64_t iters) {
   std::vector<float> sink(threads);
   std::vector<std::thread> pool;

@@ -2,8 +2,8 @@
 // binary, compare and where. 16-bit floats compute in float (opmath_t); integer dtypes get the
 // kinds whose row allows them (core/ops validated that). Contiguous f32/f64 transcendental ops run
 // through Eigen's vectorised array functions (f32 gelu_tanh and its gradient through
-// core/cpu/gelu_tanh_vec.h, at 16 lanes where the CPU has AVX-512), split across threads; everything else goes through map1/map2/map3,
-// whose contiguous paths vectorise.
+// core/cpu/gelu_tanh_vec.h, at 16 lanes where the CPU has AVX-512), split across threads;
+// everything else goes through map1/map2/map3, whose contiguous paths vectorise.
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 

@@ -1,8 +1,8 @@
 // gelu_tanh_vec.h's loops at 16 lanes, for CPUs with AVX-512 (compiled with -march=x86-64-v4 in
 // //core:avx512_kernels, called only where use_avx512()). On Zen 4, whose 512-bit operations take
 // the same cycles as two 256-bit ones, the half-as-many instructions still make the gradient 1.5x
-// and the forward 1.35x as fast as the 8-lane build (compute-bound: one exp and one divide per
-// element). Every template below is instantiated with avx512::Lanes16, so no symbol of this unit
+// and the forward 1.35x as fast as the 8-lane build on data in cache (compute-bound there: one
+// exp and one divide per element; in the GPT step, whose operands come mostly from memory, less). Every template below is instantiated with avx512::Lanes16, so no symbol of this unit
 // can stand in for baseline code at link time (//tests/core:avx512_isolation_test).
 #include <immintrin.h>
 
