@@ -17,11 +17,11 @@
 
 #include "bench/host_check.h"
 #include "bench/timing.h"
-#include "core/util/cli.h"
 #include "core/grad_mode.h"
 #include "core/memory/memory_tracker.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "core/util/cli.h"
 #include "nn/attention.h"
 #include "profiler/gemm_rate.h"
 #ifdef KILN_HAVE_CUDA
