@@ -327,9 +327,12 @@ void conv2d_backward_impl(Tensor& grad_x, Tensor& grad_w, Tensor& grad_bias, con
       for (int64_t i = 0; i < wsize; ++i) sum[i] += part[i];
     }
     T* pgw = grad_w.data_ptr<T>();
-    if (!wgrad_transposed) std::copy_n(sum, wsize, pgw);
-    for (int64_t gi = 0; wgrad_transposed && gi < g.groups; ++gi)
-      transpose_rows(sum + gi * g.K * g.Coutg, g.Coutg, g.K, g.Coutg, pgw + gi * g.Coutg * g.K, g.K);
+    if (wgrad_transposed) {
+      for (int64_t gi = 0; gi < g.groups; ++gi)
+        transpose_rows(sum + gi * g.K * g.Coutg, g.Coutg, g.K, g.Coutg, pgw + gi * g.Coutg * g.K, g.K);
+    } else {
+      std::copy_n(sum, wsize, pgw);
+    }
   }
   if (need_b) {
     T* pgb = grad_bias.data_ptr<T>();

@@ -21,16 +21,6 @@ typedef int32_t I8 __attribute__((vector_size(32)));
 /// Lanes per vector.
 inline constexpr int64_t kW = 8;
 
-inline F8 splat(float v) { return F8{} + v; }
-
-inline F8 load(const float* p) {
-  F8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store(float* p, F8 v) { std::memcpy(p, &v, sizeof v); }
-
 /// a * b + c, rounded once where the target has FMA (always the same way in a given build).
 inline F8 fmadd(F8 a, F8 b, F8 c) {
 #if defined(__FMA__)
@@ -131,6 +121,10 @@ template <class V> typename V::F exp_v(typename V::F x) {
   return p * (F)bits;  // the bits of 2^n
 }
 
+// The 8-lane names the kernels use.
+inline F8 splat(float v) { return splat_v<Lanes8>(v); }
+inline F8 load(const float* p) { return load_v<Lanes8>(p); }
+inline void store(float* p, F8 v) { store_v<Lanes8>(p, v); }
 inline F8 exp(F8 x) { return exp_v<Lanes8>(x); }
 inline F8 load_tail(const float* p, int64_t n, float fill) { return load_tail_v<Lanes8>(p, n, fill); }
 inline void store_tail(float* p, F8 v, int64_t n) { store_tail_v<Lanes8>(p, v, n); }
